@@ -1,0 +1,116 @@
+"""The in-memory image set every trainer, predictor and data source speaks.
+
+An ``ImageSet`` is three aligned things: ``images`` (uint8, N x H x W x C), ``labels``
+(int32, N) and ``class_names``. Anything with those three attributes (an ``ImageFolder``
+once loaded, a TFDS source) can be passed to :func:`jaxflowers.train` and
+:func:`jaxflowers.predict`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ImageSet:
+    """Images with integer labels and class names, all in host memory.
+
+    Attributes:
+      images: uint8 array (N, H, W, C), or a read-only memory map of one.
+      labels: int32 array (N,), values in ``range(len(class_names))``.
+      class_names: tuple of str, the name of label ``i`` at position ``i``.
+    """
+
+    images: np.ndarray
+    labels: np.ndarray
+    class_names: tuple[str, ...]
+
+    def __post_init__(self):
+        images, labels = self.images, np.asarray(self.labels)
+        if images.dtype != np.uint8 or images.ndim != 4:
+            raise ValueError(
+                f"images must be uint8 with shape (N, H, W, C); got {images.dtype} {images.shape}")
+        if labels.shape != (images.shape[0],):
+            raise ValueError(
+                f"labels must have shape ({images.shape[0]},) to match images; got {labels.shape}")
+        if len(labels) and (labels.min() < 0 or labels.max() >= len(self.class_names)):
+            raise ValueError(
+                f"labels must lie in [0, {len(self.class_names)}) for {len(self.class_names)} "
+                f"class names; got values in [{labels.min()}, {labels.max()}]")
+        object.__setattr__(self, "labels", labels.astype(np.int32))
+        object.__setattr__(self, "class_names", tuple(str(c) for c in self.class_names))
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(H, W, C) of every image."""
+        return tuple(self.images.shape[1:])
+
+    def counts(self) -> dict[str, int]:
+        """Number of images per class, like MATLAB's ``countEachLabel``."""
+        return count_each_label(self.labels, self.class_names)
+
+    def subset(self, indices: Sequence[int] | np.ndarray) -> "ImageSet":
+        """A new set holding the images at ``indices`` (in that order)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        return ImageSet(np.asarray(self.images[indices]), self.labels[indices], self.class_names)
+
+    def split_each_label(self, *fractions: float | int, seed: int = 0) -> tuple["ImageSet", ...]:
+        """Stratified random split, like ``splitEachLabel(imds, p, "randomized")``.
+
+        Args:
+          *fractions: one or two numbers. Each is a fraction in (0, 1) of every label's
+            images, or an integer count of images per label. The remainder forms the last
+            part, so ``split_each_label(0.9)`` gives two sets and
+            ``split_each_label(0.8, 0.1)`` gives three.
+          seed: the split is a deterministic function of ``seed``.
+
+        Returns:
+          A tuple of ``len(fractions) + 1`` image sets.
+        """
+        parts = split_each_label(self.labels, fractions, seed=seed, class_names=self.class_names)
+        return tuple(self.subset(p) for p in parts)
+
+
+def count_each_label(labels: np.ndarray, class_names: Sequence[str]) -> dict[str, int]:
+    """Dict from class name to how many of ``labels`` carry it (zeros included)."""
+    counts = np.bincount(np.asarray(labels), minlength=len(class_names))
+    return {name: int(c) for name, c in zip(class_names, counts)}
+
+
+def split_each_label(labels: np.ndarray, fractions: Sequence[float | int], *, seed: int,
+                     class_names: Sequence[str]) -> list[np.ndarray]:
+    """Indices of a stratified, randomised split of ``labels`` (see ImageSet.split_each_label).
+
+    Every part keeps at least one image of every class; a fraction or count that would leave
+    a class empty in a part raises ``ValueError`` naming the class.
+    """
+    if not fractions:
+        raise ValueError("split_each_label needs at least one fraction or count")
+    for p in fractions:
+        if isinstance(p, (bool, np.bool_)) or not (
+                (isinstance(p, (int, np.integer)) and p >= 1) or (0 < float(p) < 1)):
+            raise ValueError(f"split_each_label: {p!r} is neither a fraction in (0, 1) "
+                             "nor a positive integer count per label")
+    if sum(float(p) for p in fractions if not isinstance(p, (int, np.integer))) >= 1:
+        raise ValueError(f"split_each_label: fractions {tuple(fractions)} add up to 1 or more, "
+                         "leaving nothing for the last part")
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(labels)
+    parts: list[list[np.ndarray]] = [[] for _ in range(len(fractions) + 1)]
+    for label, name in enumerate(class_names):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        sizes = [int(p) if isinstance(p, (int, np.integer)) else int(round(float(p) * len(members)))
+                 for p in fractions]
+        bounds = np.cumsum(sizes)
+        if len(members) and (min(sizes) < 1 or bounds[-1] >= len(members)):
+            raise ValueError(
+                f"split_each_label{tuple(fractions)} leaves class {name!r} ({len(members)} images) "
+                f"empty in one part (sizes {sizes} + {len(members) - bounds[-1]} remaining)")
+        for i, chunk in enumerate(np.split(members, bounds)):
+            parts[i].append(chunk)
+    return [np.sort(np.concatenate(p)) if p else np.zeros(0, np.int64) for p in parts]

@@ -1,0 +1,63 @@
+"""The MATLAB parfeval example's ``createNetworkArchitecture(netDepth)`` in Flax."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+def cifar_width(depth: int) -> int:
+    """Filters of the first block: ``round(16 / sqrt(depth))`` (MATLAB rounds halves up)."""
+    return int(math.floor(16.0 / math.sqrt(depth) + 0.5))
+
+
+class CifarNet(nn.Module):
+    """Three blocks of ``depth`` x [3x3 conv 'same', batch norm, ReLU] with width, 2*width
+    and 4*width filters, 2x2 max pools after the first two, an 8x8 average pool and a dense
+    layer. Convolutions carry biases and Glorot-uniform weights, as MATLAB's do.
+
+    Attributes:
+      depth: convolutions per block (1-4 in the example).
+      num_classes: outputs of the dense layer.
+      dtype: compute dtype; parameters stay float32.
+      bn_axis_name: mesh axis for synchronised batch norm, or None.
+    """
+
+    depth: int
+    num_classes: int = 10
+    dtype: Any = jnp.float32
+    bn_axis_name: str | None = None
+
+    @nn.compact
+    def __call__(self, x, train: bool = True):
+        width = cifar_width(self.depth)
+        for block, filters in enumerate((width, 2 * width, 4 * width)):
+            for _ in range(self.depth):
+                x = nn.Conv(filters, (3, 3), padding="SAME", dtype=self.dtype,
+                            kernel_init=nn.initializers.glorot_uniform())(x)
+                x = nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
+                                 dtype=self.dtype, axis_name=self.bn_axis_name)(x)
+                x = nn.relu(x)
+            if block < 2:
+                x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = nn.avg_pool(x, (8, 8), strides=(8, 8))
+        x = x.reshape(x.shape[0], -1)
+        return nn.Dense(self.num_classes, dtype=self.dtype)(x).astype(jnp.float32)
+
+
+def cifar_net(depth: int, num_classes: int = 10, **kwargs) -> CifarNet:
+    """The sweep's CIFAR-10 network of a given depth (``createNetworkArchitecture(depth)``).
+
+    Args:
+      depth: convolutions per block, a positive integer; width is ``round(16/sqrt(depth))``.
+      num_classes: number of classes (10 for CIFAR-10).
+      **kwargs: ``dtype`` or ``bn_axis_name`` (see ``CifarNet``).
+
+    Returns:
+      A ``CifarNet``; ``apply(variables, x, train=...)`` maps (B, 32, 32, 3) to (B, num_classes).
+    """
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"cifar_net(depth={depth!r}): depth must be a positive integer")
+    return CifarNet(depth=depth, num_classes=num_classes, **kwargs)

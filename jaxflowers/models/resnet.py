@@ -1,0 +1,123 @@
+"""ResNet v1.5 family (He et al. 2016, stride on the 3x3 conv of the bottleneck).
+
+Same parameter layout as torchvision's ResNets (bias-free convolutions, batch norm with
+scale and offset, a dense head with bias), so ``resnet50(1000)`` has 25,557,032
+parameters. Variants are ``functools.partial``s of the one ``ResNet`` class.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+ModuleDef = Any
+
+# He-normal as torchvision initialises ResNets (kaiming_normal_, fan_out, relu gain).
+_he_normal = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convolutions with an identity or 1x1-projection shortcut (ResNet-18/34)."""
+
+    filters: int
+    conv: ModuleDef
+    norm: ModuleDef
+    strides: tuple[int, int] = (1, 1)
+    expansion = 1
+
+    @nn.compact
+    def __call__(self, x):
+        residual = x
+        y = nn.relu(self.norm()(self.conv(self.filters, (3, 3), self.strides)(x)))
+        # Zero-initialised last scale: every block starts as the identity, which lets deep
+        # nets trained from scratch take large learning rates (Goyal et al. 2017).
+        y = self.norm(scale_init=nn.initializers.zeros)(self.conv(self.filters, (3, 3))(y))
+        if residual.shape != y.shape:
+            residual = self.conv(self.filters, (1, 1), self.strides, name="proj_conv")(residual)
+            residual = self.norm(name="proj_norm")(residual)
+        return nn.relu(residual + y)
+
+
+class BottleneckBlock(nn.Module):
+    """1x1 reduce, 3x3 (strided, v1.5), 1x1 expand x4, with a projection where shapes change."""
+
+    filters: int
+    conv: ModuleDef
+    norm: ModuleDef
+    strides: tuple[int, int] = (1, 1)
+    expansion = 4
+
+    @nn.compact
+    def __call__(self, x):
+        residual = x
+        y = nn.relu(self.norm()(self.conv(self.filters, (1, 1))(x)))
+        y = nn.relu(self.norm()(self.conv(self.filters, (3, 3), self.strides)(y)))
+        y = self.conv(self.filters * 4, (1, 1))(y)
+        y = self.norm(scale_init=nn.initializers.zeros)(y)  # see BasicBlock
+        if residual.shape != y.shape:
+            residual = self.conv(self.filters * 4, (1, 1), self.strides, name="proj_conv")(residual)
+            residual = self.norm(name="proj_norm")(residual)
+        return nn.relu(residual + y)
+
+
+class ResNet(nn.Module):
+    """ResNet for NHWC images; returns float32 logits (B, num_classes).
+
+    Attributes:
+      stage_sizes: blocks per stage, e.g. (3, 4, 6, 3) for ResNet-50.
+      block_cls: ``BasicBlock`` or ``BottleneckBlock``.
+      num_classes: width of the dense head.
+      num_filters: filters of the first stage (doubles every stage).
+      dtype: compute dtype (bfloat16 on GPU); parameters stay float32.
+      bn_axis_name: mesh axis over which batch norm pools its statistics (synchronised
+        batch norm), or None for per-device statistics.
+    """
+
+    stage_sizes: Sequence[int]
+    block_cls: ModuleDef
+    num_classes: int = 1000
+    num_filters: int = 64
+    dtype: Any = jnp.float32
+    bn_axis_name: str | None = None
+
+    @nn.compact
+    def __call__(self, x, train: bool = True):
+        conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype,
+                                 kernel_init=_he_normal)
+        norm = functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.9,
+                                 epsilon=1e-5, dtype=self.dtype, axis_name=self.bn_axis_name)
+        x = conv(self.num_filters, (7, 7), (2, 2), padding=[(3, 3), (3, 3)], name="conv_init")(x)
+        x = nn.relu(norm(name="bn_init")(x))
+        x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+        for stage, num_blocks in enumerate(self.stage_sizes):
+            for block in range(num_blocks):
+                strides = (2, 2) if stage > 0 and block == 0 else (1, 1)
+                x = self.block_cls(self.num_filters * 2**stage, conv=conv, norm=norm,
+                                   strides=strides)(x)
+        x = jnp.mean(x, axis=(1, 2))
+        x = nn.Dense(self.num_classes, dtype=self.dtype, name="head")(x)
+        return x.astype(jnp.float32)
+
+
+def _variant(stage_sizes, block_cls) -> Callable[..., ResNet]:
+    def build(num_classes: int = 1000, **kwargs) -> ResNet:
+        return ResNet(stage_sizes=stage_sizes, block_cls=block_cls, num_classes=num_classes,
+                      **kwargs)
+    return build
+
+
+resnet18 = _variant((2, 2, 2, 2), BasicBlock)
+resnet34 = _variant((3, 4, 6, 3), BasicBlock)
+resnet50 = _variant((3, 4, 6, 3), BottleneckBlock)
+resnet101 = _variant((3, 4, 23, 3), BottleneckBlock)
+resnet50.__doc__ = """ResNet-50 v1.5, He-normal init, batch norm (``imagePretrainedNetwork("resnet50", Weights="none")``).
+
+Args:
+  num_classes: number of output classes (5 for Flowers).
+  **kwargs: ``dtype``, ``bn_axis_name`` or ``num_filters`` (see ``ResNet``).
+
+Returns:
+  A ``ResNet`` module; ``apply(variables, x, train=...)`` maps (B, H, W, 3) to (B, num_classes).
+"""

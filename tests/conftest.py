@@ -1,0 +1,39 @@
+"""Test set-up: four fake CPU devices, fixed before anything touches JAX."""
+import os
+import pathlib
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           " --xla_force_host_platform_device_count=4").strip()
+os.environ["JAX_NUM_CPU_DEVICES"] = "4"
+
+import jax  # noqa: E402  (must come after the environment above)
+import pytest  # noqa: E402
+
+try:  # jax >= 0.4.38 reads this option; older versions only the XLA flag above
+    jax.config.update("jax_num_cpu_devices", 4)
+except (AttributeError, RuntimeError):
+    pass
+
+SHARED_DATA = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> pathlib.Path:
+    """The real photographs beside the checkout; skipped with a reason where absent.
+
+    `.ci/run` sets JAXFLOWERS_REQUIRE_SHARED_DATA=1, which turns that skip into a failure.
+    """
+    root = SHARED_DATA.resolve()
+    if not root.is_dir():
+        if os.environ.get("JAXFLOWERS_REQUIRE_SHARED_DATA") == "1":
+            pytest.fail(f"{root} is missing but JAXFLOWERS_REQUIRE_SHARED_DATA=1")
+        pytest.skip(f"real test images not found at {root} (see shared/data/README.md)")
+    return root
+
+
+@pytest.fixture(scope="session")
+def digits():
+    import jaxflowers as jf
+
+    return jf.data.digits()
