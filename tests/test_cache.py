@@ -1,0 +1,192 @@
+"""The resize cache: reuse without decoding, keys, integrity, atomic process-safe builds."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from jaxflowers.data import cache as cache_lib
+from jaxflowers.data.folder import ImageFolder
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _folder(root, per_class=3):
+    """Classes a, b of uniform PNGs whose colour encodes (class, index)."""
+    for c, name in enumerate(("a", "b")):
+        for i in range(per_class):
+            (root / name).mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (9, 7), (100 * c, 20 * i, 50)).save(root / name / f"{i}.png")
+    return root
+
+
+def _expected(per_class=3):
+    return [[100 * c, 20 * i, 50] for c in range(2) for i in range(per_class)]
+
+
+def _snapshot(root):
+    """Every name under ``root`` with its mtime and size."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            out[os.path.relpath(os.path.join(dirpath, name), root)] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
+@pytest.fixture
+def count_decodes(monkeypatch):
+    calls = []
+    real = cache_lib.decode_image
+
+    def counting(data, image_size):
+        calls.append(1)
+        return real(data, image_size)
+
+    monkeypatch.setattr(cache_lib, "decode_image", counting)
+    return calls
+
+
+def test_second_run_decodes_nothing_and_the_source_is_untouched(tmp_path, count_decodes):
+    root = _folder(tmp_path / "r")
+    before = _snapshot(root)
+    first = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
+    assert first.images[:, 0, 0].tolist() == _expected() and len(count_decodes) == 6
+    second = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
+    np.testing.assert_array_equal(second.images, first.images)
+    assert len(count_decodes) == 6, "an unchanged folder must not be decoded again"
+    assert isinstance(second.images, np.memmap) and second.images.filename == first.cache_path
+    assert _snapshot(root) == before, "the source folder must never be modified"
+    assert sorted(os.listdir(tmp_path / "c")) == [
+        os.path.basename(first.cache_path)[:-4] + ext for ext in (".json", ".lock", ".npy")]
+
+
+def test_a_changed_file_or_size_gives_a_new_cache(tmp_path, count_decodes):
+    root = _folder(tmp_path / "r")
+    old = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
+    old_images = np.array(old.images)
+    Image.new("RGB", (9, 7), (1, 2, 3)).save(root / "a" / "1.png")
+    st = os.stat(root / "a" / "1.png")
+    os.utime(root / "a" / "1.png", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    new = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
+    assert new.images[1, 0, 0].tolist() == [1, 2, 3] and len(count_decodes) == 12
+    np.testing.assert_array_equal(old.images, old_images)  # an open cache stays valid
+    assert new.cache_path != old.cache_path
+    bigger = ImageFolder(root, image_size=(6, 5), cache_dir=tmp_path / "c")
+    assert bigger.images.shape == (6, 6, 5, 3) and len(count_decodes) == 18
+
+
+@pytest.mark.parametrize("damage", ["flip a byte", "truncate", "garble the sidecar"])
+def test_a_corrupted_cache_is_detected_and_rebuilt(tmp_path, count_decodes, damage):
+    root = _folder(tmp_path / "r")
+    path = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").cache_path
+    if damage == "flip a byte":
+        with open(path, "r+b") as f:
+            f.seek(-40, os.SEEK_END)
+            byte = f.read(1)
+            f.seek(-40, os.SEEK_END)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    elif damage == "truncate":
+        os.truncate(path, os.path.getsize(path) - 100)
+    else:
+        with open(path[:-4] + ".json", "w") as f:
+            f.write("{not json")
+    with pytest.warns(UserWarning, match="invalid .* rebuilding"):
+        again = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
+        images = again.images
+    assert len(count_decodes) == 12, "the damaged cache must be rebuilt, not used"
+    assert images[:, 0, 0].tolist() == _expected() and (images == images[:, :1, :1]).all()
+
+
+def test_cache_dir_from_argument_env_var_or_home(tmp_path, monkeypatch):
+    root = _folder(tmp_path / "r", per_class=1)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("JAXFLOWERS_CACHE_DIR", raising=False)
+    assert cache_lib.default_cache_dir() == str(tmp_path / "home" / ".cache" / "jaxflowers")
+    home = ImageFolder(root, image_size=(2, 2)).cache_path
+    assert home.startswith(str(tmp_path / "home" / ".cache" / "jaxflowers" / "r-2x2-"))
+    monkeypatch.setenv("JAXFLOWERS_CACHE_DIR", str(tmp_path / "env"))
+    assert ImageFolder(root, image_size=(2, 2)).cache_path.startswith(str(tmp_path / "env"))
+    given = ImageFolder(root, image_size=(2, 2), cache_dir=tmp_path / "arg").cache_path
+    assert given.startswith(str(tmp_path / "arg"))
+
+
+def test_decode_is_antialiased(tmp_path):
+    checker = (np.indices((64, 64)).sum(axis=0) % 2 * 255).astype(np.uint8)
+    Image.fromarray(checker).save(tmp_path / "checker.png")
+    small = cache_lib.decode_image((tmp_path / "checker.png").read_bytes(), (8, 8))
+    # Nearest-neighbour would give pure black or white; a reducing filter averages to grey.
+    assert small.shape == (8, 8, 3) and np.abs(small[1:-1, 1:-1].astype(int) - 128).max() < 10
+
+
+def test_key_covers_files_fingerprints_size_and_method(monkeypatch):
+    key = cache_lib.cache_key(["a", "b"], ["1:2", "3:4"], (8, 8))
+    assert key != cache_lib.cache_key(["b", "a"], ["3:4", "1:2"], (8, 8))  # order = rows
+    assert key != cache_lib.cache_key(["a", "b"], ["1:2", "3:5"], (8, 8))
+    assert key != cache_lib.cache_key(["a", "b"], ["1:2", "3:4"], (8, 9))
+    monkeypatch.setattr(cache_lib, "RESIZE_METHOD", "pil-bicubic")
+    assert key != cache_lib.cache_key(["a", "b"], ["1:2", "3:4"], (8, 8))
+
+
+def test_stale_temporary_files_are_cleared(tmp_path):
+    root = _folder(tmp_path / "r", per_class=1)
+    first = ImageFolder(root, image_size=(2, 2), cache_dir=tmp_path / "c")
+    stem = first.cache_path[:-4]
+    os.remove(first.cache_path)  # make the next one build again
+    stale = stem + ".npy.tmp-99999-deadbeef"
+    open(stale, "wb").close()  # as left by a builder that was killed
+    with pytest.warns(UserWarning, match="rebuilding"):
+        ImageFolder(root, image_size=(2, 2), cache_dir=tmp_path / "c").images
+    assert not os.path.exists(stale) and os.path.exists(stem + ".npy")
+
+
+_BUILDER = textwrap.dedent("""
+    import os, sys, time, types
+    # Bare package shells: the real __init__s import JAX, which this test does not need and
+    # which would cost seconds per process on a small CI machine.
+    for name, path in (("jaxflowers", "jaxflowers"), ("jaxflowers.data", "jaxflowers/data")):
+        sys.modules[name] = types.ModuleType(name)
+        sys.modules[name].__path__ = [os.path.join({repo!r}, path)]
+    from jaxflowers.data import cache
+    from jaxflowers.data.folder import ImageFolder
+    calls, real = [], cache.decode_image
+    def slow(data, size):
+        calls.append(1)
+        time.sleep(0.02)  # keeps the two builds overlapping
+        return real(data, size)
+    cache.decode_image = slow
+    open({ready!r} + str(os.getpid()), "w").close()
+    while not os.path.exists({go!r}):
+        time.sleep(0.002)
+    ds = ImageFolder({root!r}, image_size=(4, 5), cache_dir={cache_dir!r}, workers=2)
+    total = int(ds.images.astype("int64").sum())  # builds (or opens) the cache
+    print(len(calls), total)
+""")
+
+
+def test_two_processes_building_at_once_leave_one_valid_cache(tmp_path):
+    root = _folder(tmp_path / "r", per_class=6)
+    ready, go = str(tmp_path / "ready-"), str(tmp_path / "go")
+    script = _BUILDER.format(repo=REPO, ready=ready, go=go, root=str(root),
+                             cache_dir=str(tmp_path / "c"))
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    deadline = time.monotonic() + 40
+    while len([p for p in os.listdir(tmp_path) if p.startswith("ready-")]) < 2:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+            [p.communicate() for p in procs]
+        time.sleep(0.01)
+    open(go, "w").close()
+    outputs = [p.communicate(timeout=40) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outputs
+    decodes, sums = zip(*(map(int, out.split()) for out, _ in outputs))
+    assert sum(decodes) == 12, f"exactly one process decodes, the other waits and reuses: {decodes}"
+    assert sums[0] == sums[1]
+    files = sorted(os.listdir(tmp_path / "c"))
+    assert sorted(os.path.splitext(f)[1] for f in files) == [".json", ".lock", ".npy"], files
+    ds = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
+    assert int(ds.images.astype("int64").sum()) == sums[0]

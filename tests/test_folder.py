@@ -1,0 +1,395 @@
+"""ImageFolder: scanning, labels, decoding of every format and mode, bad input, splits, remote."""
+import functools
+import http.server
+import io
+import os
+import socket
+import sys
+import threading
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from jaxflowers.data import cache as cache_lib
+from jaxflowers.data import folder as folder_lib
+from jaxflowers.data.folder import ImageFolder
+from jaxflowers.data.imageset import ImageSet
+
+
+def _save(path, color=(200, 30, 30), size=(12, 10), mode="RGB", **kwargs):
+    """Write a uniform ``mode`` image of PIL ``size`` (width, height) to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new(mode, size, color).save(path, **kwargs)
+    return path
+
+
+def _jpeg_bytes(seed=0, size=64):
+    noise = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(noise).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+@pytest.fixture
+def count_decodes(monkeypatch):
+    """Counts calls of the decode function that the cache build uses."""
+    calls = []
+    real = cache_lib.decode_image
+
+    def counting(data, image_size):
+        calls.append(1)
+        return real(data, image_size)
+
+    monkeypatch.setattr(cache_lib, "decode_image", counting)
+    return calls
+
+
+def test_labels_from_sorted_class_folders_found_recursively(tmp_path):
+    for rel in ("zebra/1.png", "zebra/deep/er/2.png", "ant/3.png", "ant/4.png", "ant/x/5.png"):
+        _save(tmp_path / "root" / rel)
+    ds = ImageFolder(tmp_path / "root", image_size=(8, 8), cache_dir=tmp_path / "c")
+    assert ds.class_names == ("ant", "zebra")
+    assert ds.counts() == {"ant": 3, "zebra": 2}
+    assert ds.labels.dtype == np.int32 and ds.labels.tolist() == [0, 0, 0, 1, 1]
+    assert [os.path.relpath(f, tmp_path / "root") for f in ds.files] == [
+        "ant/3.png", "ant/4.png", "ant/x/5.png", "zebra/1.png", "zebra/deep/er/2.png"]
+    flat = ImageFolder(tmp_path / "root", image_size=(8, 8), include_subfolders=False,
+                       cache_dir=tmp_path / "c")
+    assert flat.counts() == {"ant": 2, "zebra": 1}
+
+
+def test_decodes_every_format_and_mode_to_rgb_uint8(tmp_path):
+    deep = Image.fromarray(np.full((10, 12), 0x8000, np.uint16))  # 16-bit gray, mode I;16
+    deep.save(_save(tmp_path / "r" / "all" / "deep.png"))
+    transparent = Image.new("RGB", (12, 10), (0, 0, 255)).convert("P")
+    transparent.save(tmp_path / "r" / "all" / "palette_alpha.png", transparency=0)
+    Image.new("RGB", (12, 10), (0, 0, 255)).convert("P").save(tmp_path / "r" / "all" / "pal.gif")
+    cases = {  # name: (mode, colour written, RGB expected, tolerance)
+        "rgb.jpg": ("RGB", (200, 30, 30), (200, 30, 30), 6),
+        "gray.png": ("L", 100, (100, 100, 100), 0),
+        "rgba.png": ("RGBA", (10, 20, 30, 0), (10, 20, 30), 0),  # alpha dropped, as imread
+        "la.png": ("LA", (90, 255), (90, 90, 90), 0),
+        "bilevel.bmp": ("1", 1, (255, 255, 255), 0),
+        "rgb.bmp": ("RGB", (1, 2, 3), (1, 2, 3), 0),
+        "rgb.tiff": ("RGB", (4, 5, 6), (4, 5, 6), 0),
+        "cmyk.tif": ("CMYK", (0, 255, 255, 0), (255, 0, 0), 0),
+        "cmyk.jpg": ("CMYK", (0, 255, 255, 0), (255, 0, 0), 8),
+    }
+    for name, (mode, color, _, _) in cases.items():
+        _save(tmp_path / "r" / "all" / name, color, mode=mode)
+    _save(tmp_path / "r" / "all" / "lossless.webp", (7, 8, 9), lossless=True)
+    cases.update({"deep.png": (0, 0, (128, 128, 128), 0), "pal.gif": (0, 0, (0, 0, 255), 0),
+                  "palette_alpha.png": (0, 0, (0, 0, 255), 0),
+                  "lossless.webp": (0, 0, (7, 8, 9), 0)})
+    ds = ImageFolder(tmp_path / "r", image_size=(10, 12), cache_dir=tmp_path / "c")
+    assert ds.images.shape == (len(cases), 10, 12, 3) and ds.images.dtype == np.uint8
+    for path, image in zip(ds.files, ds.images):
+        _, _, want, tol = cases[os.path.basename(path)]
+        got = image.reshape(-1, 3).astype(int)
+        assert np.abs(got - want).max() <= tol, (path, got[0], want)
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    pixels = np.zeros((10, 20, 3), np.uint8)  # 10 high, 20 wide: left half red, right blue
+    pixels[:, :10, 0] = pixels[:, 10:, 2] = 255
+    img = Image.fromarray(pixels)
+    exif = img.getexif()
+    exif[0x0112] = 6  # "rotate 90 degrees clockwise to display": the red half goes on top
+    img.save(_save(tmp_path / "r" / "c" / "turned.jpg"), exif=exif.tobytes(), quality=95)
+    image = ImageFolder(tmp_path / "r", image_size=(20, 10), cache_dir=tmp_path / "c").images[0]
+    assert image[:8, :, 0].mean() > 200 and image[:8, :, 2].mean() < 50
+    assert image[-8:, :, 2].mean() > 200 and image[-8:, :, 0].mean() < 50
+
+
+def test_mixed_case_extensions_and_non_ascii_names(tmp_path):
+    names = ("épine/Ñandú.JPG", "épine/b.Png", "épine/c.TIFF", "ромашка/花.jpeg", "ромашка/x.GIF")
+    for rel in names:
+        _save(tmp_path / "r" / rel)
+    ds = ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c")
+    assert ds.class_names == ("épine", "ромашка") and ds.counts() == {"épine": 3, "ромашка": 2}
+    assert np.abs(ds.images.astype(int) - [200, 30, 30]).max() <= 12  # all five decoded
+    assert not ds.skipped
+
+
+def test_non_image_files_are_skipped_listed_and_warned(tmp_path):
+    _save(tmp_path / "r" / "a" / "1.png")
+    _save(tmp_path / "r" / "b" / "2.png")
+    (tmp_path / "r" / "a" / "notes.txt").write_text("not an image")
+    (tmp_path / "r" / "b" / "Thumbs.db").write_bytes(b"\0" * 10)
+    (tmp_path / "r" / "LICENSE.txt").write_text("root-level files are not in any class")
+    (tmp_path / "r" / "a" / ".DS_Store").write_bytes(b"hidden: ignored")
+    with pytest.warns(UserWarning, match="skipped 2 non-image file"):
+        ds = ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c")
+    assert len(ds) == 2 and ds.images.shape == (2, 4, 4, 3)
+    assert sorted(os.path.basename(p) for p, _ in ds.skipped) == ["Thumbs.db", "notes.txt"]
+    assert all("not an image" in why for _, why in ds.skipped)
+
+
+def test_missing_empty_or_file_root_is_an_error_naming_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere.*does not exist"):
+        ImageFolder(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no class folders in .*empty"):
+        ImageFolder(tmp_path / "empty")
+    _save(tmp_path / "flat" / "loose.png")
+    with pytest.raises(ValueError, match="must sit in class folders"):
+        ImageFolder(tmp_path / "flat")
+    with pytest.raises(NotADirectoryError, match="loose.png"):
+        ImageFolder(tmp_path / "flat" / "loose.png")
+
+
+def test_class_folder_without_images_is_an_error_naming_it(tmp_path):
+    _save(tmp_path / "r" / "good" / "1.png")
+    (tmp_path / "r" / "hollow").mkdir()
+    with pytest.raises(ValueError, match="class folder .*hollow.* contains no image files"):
+        ImageFolder(tmp_path / "r", cache_dir=tmp_path / "c")
+    _save(tmp_path / "r" / "hollow" / "inner" / "2.png")
+    with pytest.raises(ValueError, match="hollow.*include_subfolders=True"):
+        ImageFolder(tmp_path / "r", include_subfolders=False, cache_dir=tmp_path / "c")
+
+
+def _bad_folder(root):
+    _save(root / "a" / "good1.png")
+    _save(root / "a" / "good2.png", (0, 200, 0))
+    _save(root / "b" / "good3.png", (0, 0, 200))
+    (root / "a" / "truncated.jpg").write_bytes(_jpeg_bytes()[:1500])
+    (root / "b" / "zero.jpg").write_bytes(b"")
+    return root
+
+
+def test_truncated_and_zero_byte_files_raise_naming_the_file(tmp_path):
+    root = _bad_folder(tmp_path / "r")
+    with pytest.raises(OSError, match=r"zero\.jpg: file is empty \(0 bytes\).*on_error='skip'"):
+        ImageFolder(root, image_size=(4, 4), cache_dir=tmp_path / "c")
+    (root / "b" / "zero.jpg").unlink()
+    ds = ImageFolder(root, image_size=(4, 4), cache_dir=tmp_path / "c")
+    with pytest.raises(OSError, match=r"truncated\.jpg: OSError: image file is truncated"):
+        ds.images
+    assert not [p for p in os.listdir(tmp_path / "c") if p.endswith((".npy", ".json"))
+                or ".tmp-" in p], "a failed build must leave no cache and no temporary file"
+
+
+def test_on_error_skip_leaves_bad_files_out_and_reports_them(tmp_path):
+    root = _bad_folder(tmp_path / "r")
+    with pytest.warns(UserWarning, match="zero.jpg"):
+        ds = ImageFolder(root, image_size=(4, 4), on_error="skip", cache_dir=tmp_path / "c")
+    with pytest.warns(UserWarning, match="truncated.jpg"):
+        assert len(ds) == 3
+    assert [os.path.basename(f) for f in ds.files] == ["good1.png", "good2.png", "good3.png"]
+    assert ds.labels.tolist() == [0, 0, 1]
+    assert ds.images[:, 0, 0].tolist() == [[200, 30, 30], [0, 200, 0], [0, 0, 200]]
+    reasons = dict((os.path.basename(p), why) for p, why in ds.skipped)
+    assert set(reasons) == {"truncated.jpg", "zero.jpg"} and "truncated" in reasons["truncated.jpg"]
+    # The cache remembers the failure: the default on_error="raise" still names the file.
+    (root / "b" / "zero.jpg").unlink()
+    with pytest.raises(OSError, match="truncated.jpg"):
+        ImageFolder(root, image_size=(4, 4), cache_dir=tmp_path / "c").images
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
+                    reason="running as root: chmod 000 does not stop root from reading "
+                           "(test_unreadable_file_simulated covers the same path)")
+def test_unreadable_file_chmod(tmp_path):
+    _save(tmp_path / "r" / "a" / "ok.png")
+    locked = _save(tmp_path / "r" / "a" / "locked.png")
+    locked.chmod(0)
+    with pytest.raises(OSError, match="locked.png.*Permission"):
+        ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c").images
+
+
+def test_unreadable_file_simulated(tmp_path, monkeypatch):
+    _save(tmp_path / "r" / "a" / "ok.png")
+    locked = str(_save(tmp_path / "r" / "a" / "locked.png"))
+    real = folder_lib._read_file
+
+    def read(path):
+        if path == locked:
+            raise PermissionError(13, "Permission denied", path)
+        return real(path)
+
+    monkeypatch.setattr(folder_lib, "_read_file", read)
+    with pytest.raises(OSError, match="locked.png.*Permission denied"):
+        ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c").images
+    with pytest.warns(UserWarning, match="locked.png"):
+        ds = ImageFolder(tmp_path / "r", image_size=(4, 4), on_error="skip",
+                         cache_dir=tmp_path / "c2")
+        assert [os.path.basename(f) for f in ds.files] == ["ok.png"]
+
+
+def test_one_pixel_image_is_resized_up(tmp_path):
+    _save(tmp_path / "r" / "dot" / "1x1.png", (9, 99, 199), size=(1, 1))
+    images = ImageFolder(tmp_path / "r", image_size=(16, 24), cache_dir=tmp_path / "c").images
+    assert images.shape == (1, 16, 24, 3) and (images == [9, 99, 199]).all()
+
+
+def test_symlinked_class_folder_is_followed_and_loops_end(tmp_path):
+    _save(tmp_path / "elsewhere" / "cats" / "1.png")
+    _save(tmp_path / "elsewhere" / "cats" / "2.png")
+    _save(tmp_path / "r" / "dogs" / "3.png")
+    (tmp_path / "r" / "cats").symlink_to(tmp_path / "elsewhere" / "cats", target_is_directory=True)
+    (tmp_path / "elsewhere" / "cats" / "loop").symlink_to(tmp_path / "elsewhere" / "cats")
+    ds = ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c")
+    assert ds.counts() == {"cats": 2, "dogs": 1}
+    assert all(f.startswith(str(tmp_path / "r")) for f in ds.files)
+    assert ds.images.shape == (3, 4, 4, 3)
+
+
+@pytest.mark.parametrize("image_size", [(0, 8), (8,), (8, 8, 3), "big", (8.0, 8), -4, (True, 8)])
+def test_bad_image_size_names_the_value(tmp_path, image_size):
+    _save(tmp_path / "r" / "a" / "1.png")
+    with pytest.raises(ValueError, match="image_size must be"):
+        ImageFolder(tmp_path / "r", image_size=image_size)
+
+
+def test_bad_options_name_the_value(tmp_path):
+    _save(tmp_path / "r" / "a" / "1.png")
+    with pytest.raises(ValueError, match=r"on_error must be one of \('raise', 'skip'\); got 'ign"):
+        ImageFolder(tmp_path / "r", on_error="ignore")
+    with pytest.raises(ValueError, match="workers must be a positive int"):
+        ImageFolder(tmp_path / "r", workers=0)
+    with pytest.raises(ValueError, match="storage_options apply to URL roots only"):
+        ImageFolder(tmp_path / "r", storage_options={"anon": True})
+    assert ImageFolder(tmp_path / "r", image_size=7).image_shape == (7, 7, 3)
+
+
+def _three_classes(root, per_class=5):
+    for c, name in enumerate(("a", "b", "c")):
+        for i in range(per_class):
+            _save(root / name / f"{i}.png", (40 * c, 10 * i, 7))
+    return root
+
+
+def test_splits_and_subsets_share_the_parent_cache(tmp_path, count_decodes):
+    ds = ImageFolder(_three_classes(tmp_path / "r"), image_size=(4, 4), cache_dir=tmp_path / "c")
+    train, val, test = ds.split_each_label(0.6, 1, seed=3)  # fraction, then count per class
+    assert (len(train), len(val), len(test)) == (9, 3, 3) and not count_decodes
+    assert train.counts() == {"a": 3, "b": 3, "c": 3} and test.counts() == {"a": 1, "b": 1, "c": 1}
+    assert sorted(train.files + val.files + test.files) == sorted(ds.files)
+    assert test.images.shape == (3, 4, 4, 3) and len(count_decodes) == 15  # whole folder, once
+    for part in (train, val):
+        rows = [ds.files.index(f) for f in part.files]
+        np.testing.assert_array_equal(part.images, ds.images[rows])
+        np.testing.assert_array_equal(part.labels, ds.labels[rows])
+    assert len(count_decodes) == 15, "subsets must index the parent's cache, not decode"
+    assert ds.split_each_label(0.6, 1, seed=3)[0].files == train.files  # deterministic
+    assert isinstance(ds.images, np.memmap)
+    nested = train.subset([4, 0])
+    assert nested.files == (train.files[4], train.files[0])
+    with pytest.raises(IndexError, match=r"\[0, 9\)"):
+        train.subset([9])
+
+
+def test_split_that_empties_a_class_names_it(tmp_path):
+    _save(tmp_path / "r" / "many" / "1.png")
+    _save(tmp_path / "r" / "many" / "2.png")
+    _save(tmp_path / "r" / "many" / "3.png")
+    _save(tmp_path / "r" / "one" / "1.png")
+    ds = ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c")
+    with pytest.raises(ValueError, match="class 'one' .* empty in one part"):
+        ds.split_each_label(0.5)
+
+
+def test_duck_types_as_an_image_set(tmp_path):
+    ds = ImageFolder(_three_classes(tmp_path / "r", 2), image_size=(5, 6), cache_dir=tmp_path / "c")
+    loaded = ds.load()
+    assert isinstance(loaded, ImageSet) and isinstance(ds.to_image_set(), ImageSet)
+    assert len(loaded) == len(ds) == 6 and loaded.class_names == ds.class_names
+    np.testing.assert_array_equal(loaded.images, ds.images)
+    np.testing.assert_array_equal(loaded.labels, ds.labels)
+    assert not ds.images.flags.writeable and ds.image_shape == loaded.image_shape == (5, 6, 3)
+
+
+def test_every_flower_photo_decodes(shared_data, tmp_path, count_decodes):
+    root = shared_data / "flowers-sample"
+    ds = ImageFolder(root, image_size=(64, 64), cache_dir=tmp_path)
+    assert ds.class_names == ("daisy", "dandelion", "roses", "sunflowers", "tulips")
+    assert ds.counts() == dict.fromkeys(ds.class_names, 40) and not ds.skipped
+    images = ds.images
+    assert images.shape == (200, 64, 64, 3) and images.dtype == np.uint8
+    assert len(count_decodes) == 200
+    assert images.reshape(200, -1).std(axis=1).min() > 5, "every photo has real content"
+    again = ImageFolder(root, image_size=(64, 64), cache_dir=tmp_path)
+    np.testing.assert_array_equal(again.images, images)
+    assert len(count_decodes) == 200, "a second ImageFolder must decode nothing"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _png(color, size=(6, 5)):
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_s3_folder_through_moto_lands_in_the_local_cache(tmp_path, monkeypatch, count_decodes):
+    pytest.importorskip("s3fs", reason="s3fs is not installed (pip install jaxflowers[remote])")
+    server_mod = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(var, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    port = _free_port()
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        import s3fs
+
+        opts = {"endpoint_url": f"http://127.0.0.1:{port}"}
+        fs = s3fs.S3FileSystem(**opts)
+        fs.mkdir("photos")
+        colors = {"cat/0.png": (250, 0, 0), "cat/sub/1.png": (240, 0, 0), "dog/2.PNG": (0, 0, 250)}
+        fs.pipe({f"photos/set/{k}": _png(c) for k, c in colors.items()})
+        fs.pipe("photos/set/dog/readme.txt", b"text")
+        with pytest.warns(UserWarning, match="readme.txt"):
+            ds = ImageFolder("s3://photos/set", image_size=(5, 6), cache_dir=tmp_path,
+                             storage_options=opts)
+        assert ds.files == tuple(f"s3://photos/set/{k}" for k in colors)
+        assert ds.class_names == ("cat", "dog") and ds.labels.tolist() == [0, 0, 1]
+        assert ds.images[:, 2, 3].tolist() == list(map(list, colors.values()))
+        assert len(count_decodes) == 3 and os.path.dirname(ds.cache_path) == str(tmp_path)
+        with pytest.warns(UserWarning):
+            again = ImageFolder("s3://photos/set", image_size=(5, 6), cache_dir=tmp_path,
+                                storage_options=opts)
+        np.testing.assert_array_equal(again.images, ds.images)
+        assert len(count_decodes) == 3, "an unchanged bucket is served from the local cache"
+        fs.pipe("photos/set/cat/0.png", _png((0, 250, 0)))  # new ETag: a new cache
+        with pytest.warns(UserWarning):
+            changed = ImageFolder("s3://photos/set", image_size=(5, 6), cache_dir=tmp_path,
+                                  storage_options=opts)
+        assert changed.images[0, 2, 3].tolist() == [0, 250, 0]
+    finally:
+        server.stop()
+
+
+def test_http_folder_listing(tmp_path):
+    pytest.importorskip("aiohttp", reason="fsspec's http file system needs aiohttp")
+    _save(tmp_path / "site" / "root" / "x" / "a.png", (10, 200, 10))
+    _save(tmp_path / "site" / "root" / "y" / "b.jpg", (10, 10, 200))
+    handler = functools.partial(QuietHandler, directory=str(tmp_path / "site"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/root/"
+        ds = ImageFolder(url, image_size=(3, 3), cache_dir=tmp_path / "c")
+        assert ds.class_names == ("x", "y") and ds.files[0] == url + "x/a.png"
+        assert np.abs(ds.images[:, 1, 1].astype(int) - [[10, 200, 10], [10, 10, 200]]).max() < 8
+        _save(tmp_path / "site" / "root" / "x" / "a.png", (250, 250, 250), size=(7, 5))
+        changed = ImageFolder(url, image_size=(3, 3), cache_dir=tmp_path / "c")
+        assert changed.images[0, 1, 1].tolist() == [250, 250, 250], "keyed by size and mtime"
+    finally:
+        server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_missing_fsspec_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "fsspec", None)  # makes "import fsspec" fail
+    with pytest.raises(ImportError, match=r"pip install jaxflowers\[remote\]"):
+        ImageFolder("s3://bucket/prefix")
