@@ -1,0 +1,163 @@
+"""Prediction split over every device, exact for any sample count, and its scoring.
+
+Samples are padded up to a whole number of per-device batches and the padding is cut off
+afterwards, so every sample is counted exactly once: nothing dropped, nothing duplicated.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+import numpy as np
+from jax import lax
+
+from jaxflowers.data.augment import normalize
+from jaxflowers.parallel import REPLICATED, DataParallel, select_devices, sharded
+
+
+def _forward(variables, images, stats, *, model, dtype, batch: int):
+    """Per-device logits (m, C) float32 for (m, H, W, C) uint8 images, ``batch`` at a time."""
+    def one(x):
+        return model.apply(variables, normalize(x, stats[0], stats[1], dtype), train=False)
+
+    blocks = images.reshape(images.shape[0] // batch, batch, *images.shape[1:])
+    logits = lax.map(one, blocks)
+    return logits.reshape(images.shape[0], -1)
+
+
+class Predictor:
+    """Compiled, sharded forward passes of one model on one set of devices.
+
+    Args:
+      parallel: the devices and strategy.
+      model: a flax module taking ``train=False``.
+      dtype: compute dtype.
+      per_device_batch: most images a device processes at once.
+    """
+
+    def __init__(self, parallel: DataParallel, model, dtype, per_device_batch: int):
+        self.parallel, self.model, self.dtype = parallel, model, dtype
+        self.per_device_batch = per_device_batch
+        self._compiled: dict[int, object] = {}
+
+    def place(self, images: np.ndarray):
+        """Pad (n, H, W, C) uint8 images to whole device batches and shard them."""
+        n, devices = len(images), self.parallel.num_devices
+        batch = max(1, min(self.per_device_batch, -(-n // devices)))
+        padded = -(-n // (devices * batch)) * devices * batch
+        images = np.asarray(images)
+        if padded > n:
+            images = np.concatenate([images, np.zeros((padded - n, *images.shape[1:]), np.uint8)])
+        return self.parallel.put(images, sharded(0)), n, batch
+
+    def logits(self, variables, placed, stats) -> np.ndarray:
+        """float32 (n, C) logits; ``variables`` and ``stats`` already placed replicated."""
+        images, n, batch = placed
+        fn = self._compiled.get(batch)
+        if fn is None:
+            forward = functools.partial(_forward, model=self.model, dtype=self.dtype, batch=batch)
+            fn = self.parallel.wrap(forward, (REPLICATED, sharded(0), REPLICATED), sharded(0))
+            self._compiled[batch] = fn
+        return self.parallel.get(fn(variables, images, stats), sharded(0))[:n]
+
+
+def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str = "auto",
+            num_devices: int | None = None, strategy: str = "shard_map") -> np.ndarray:
+    """Class scores for every image, split over the devices (``minibatchpredict``).
+
+    Args:
+      net: a ``TrainedNet`` from ``train``.
+      data: an image set (anything with ``images``) or a uint8 array (n, H, W, C).
+      mini_batch_size: images per device per forward pass.
+      execution_environment, num_devices, strategy: which devices, as in TrainingOptions.
+
+    Returns:
+      float32 (n, num_classes) softmax scores, row i for image i.
+    """
+    images = np.asarray(getattr(data, "images", data))
+    if images.dtype != np.uint8 or images.ndim != 4:
+        raise ValueError(f"predict needs uint8 images (n, H, W, C); got {images.dtype} "
+                         f"{images.shape}")
+    if images.shape[1:] != tuple(net.input_shape):
+        raise ValueError(f"predict: images are {images.shape[1:]} but the network was trained "
+                         f"on {tuple(net.input_shape)}")
+    parallel = DataParallel(select_devices(execution_environment, num_devices), strategy)
+    predictor = Predictor(parallel, net.model, net.dtype, mini_batch_size)
+    variables = parallel.put(net.variables)
+    stats = parallel.put(tuple(np.asarray(s, np.float32) for s in net.normalization))
+    logits = predictor.logits(variables, predictor.place(images), stats)
+    return np.asarray(jax.nn.softmax(logits, axis=-1))
+
+
+class Labels(np.ndarray):
+    """A string array of class names that remembers all the class names (a categorical)."""
+
+    class_names: tuple[str, ...] = ()
+
+    def __new__(cls, codes, class_names: Sequence[str]):
+        names = np.asarray(class_names, dtype=str)
+        obj = names[np.asarray(codes, dtype=np.int64)].view(cls)
+        obj.class_names = tuple(str(c) for c in class_names)
+        return obj
+
+    def __array_finalize__(self, obj):
+        self.class_names = getattr(obj, "class_names", ())
+
+    @property
+    def codes(self) -> np.ndarray:
+        """int64 indices into ``class_names``."""
+        return _codes(np.asarray(self), self.class_names)
+
+
+def scores_to_labels(scores: np.ndarray, class_names: Sequence[str]) -> Labels:
+    """The highest-scoring class name of each row (``scores2label``)."""
+    scores = np.asarray(scores)
+    if scores.ndim != 2 or scores.shape[1] != len(class_names):
+        raise ValueError(f"scores of shape {scores.shape} do not match {len(class_names)} "
+                         "class names")
+    return Labels(np.argmax(scores, axis=1), class_names)
+
+
+def classify(net, data, **kwargs) -> tuple[Labels, np.ndarray]:
+    """Predicted labels and scores (``classify``); keyword arguments as ``predict``."""
+    scores = predict(net, data, **kwargs)
+    return scores_to_labels(scores, net.class_names), scores
+
+
+def accuracy(predicted, true, class_names: Sequence[str] | None = None) -> float:
+    """Fraction of ``predicted`` equal to ``true`` (names or integer labels, mixed allowed)."""
+    names = _names(class_names, predicted, true)
+    predicted, true = _codes(predicted, names), _codes(true, names)
+    if predicted.shape != true.shape or predicted.size == 0:
+        raise ValueError(f"accuracy needs two non-empty label arrays of one shape; got "
+                         f"{predicted.shape} and {true.shape}")
+    return float(np.mean(predicted == true))
+
+
+def confusion_matrix(true, predicted, class_names: Sequence[str] | None = None,
+                     num_classes: int | None = None) -> np.ndarray:
+    """int64 (C, C): entry [i, j] counts samples of true class i predicted as j (``confusionmat``)."""
+    names = _names(class_names, predicted, true)
+    true, predicted = _codes(true, names), _codes(predicted, names)
+    size = num_classes or (len(names) if names else int(max(true.max(), predicted.max())) + 1)
+    return np.bincount(true * size + predicted, minlength=size * size).reshape(size, size)
+
+
+def _names(class_names, *labels):
+    if class_names is not None:
+        return tuple(class_names)
+    return next((lab.class_names for lab in labels if getattr(lab, "class_names", ())), None)
+
+
+def _codes(labels, class_names) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.dtype.kind in "iu":
+        return labels.astype(np.int64)
+    if class_names is None:
+        raise ValueError("labels given as names need class_names to be compared with integers")
+    lookup = {name: i for i, name in enumerate(class_names)}
+    unknown = sorted(set(labels.tolist()) - set(lookup))
+    if unknown:
+        raise ValueError(f"labels {unknown[:5]} are not among the class names {tuple(class_names)}")
+    return np.asarray([lookup[name] for name in labels.tolist()], dtype=np.int64)

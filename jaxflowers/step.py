@@ -1,0 +1,147 @@
+"""The pure per-device training step and the block of steps one dispatch runs.
+
+These functions know the mesh axis name ``"data"`` and nothing else about devices;
+``parallel.DataParallel.wrap`` runs them on every device. Each collective says what it
+averages and why.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from jaxflowers.data.augment import Augmentation, normalize
+from jaxflowers.parallel import AXIS
+
+
+@flax.struct.dataclass
+class TrainState:
+    """Everything that changes during training; one goes in, a new one comes out."""
+
+    step: jax.Array  # int32 scalar, iterations done
+    params: Any  # float32 pytree
+    batch_stats: Any  # batch-norm running statistics (float32 pytree)
+    opt_state: Any  # optax state
+    key: jax.Array  # uint32 (2,) raw PRNG key data, fixed; per-step keys fold in `step`
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+    """The static parts of a step (closed over, never traced)."""
+
+    model: Any  # flax module with dtype / bn_axis_name already set
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
+    augmentation: Augmentation | None
+    dtype: Any
+    sync_batch_norm: bool
+
+
+def init_state(model, tx, image_shape, seed: int) -> TrainState:
+    """Initialise parameters (float32) and optimizer state on the default device."""
+    key = jax.random.PRNGKey(seed)
+    init_key, data_key = jax.random.split(key)
+
+    @jax.jit
+    def _init():
+        variables = model.init(init_key, jnp.zeros((1, *image_shape), jnp.float32), train=False)
+        params = variables["params"]
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                          batch_stats=variables.get("batch_stats", {}),
+                          opt_state=tx.init(params), key=data_key)
+
+    return _init()
+
+
+def sample_keys(state: TrainState, batch_size: int) -> jax.Array:
+    """One PRNG key per sample of this device's part of the global batch.
+
+    Keys depend on (step, position in the *global* batch) only, so the same seed augments
+    the same sample the same way on 1 or N devices.
+    """
+    step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), state.step)
+    positions = lax.axis_index(AXIS) * batch_size + jnp.arange(batch_size)
+    return jax.vmap(lambda p: jax.random.fold_in(step_key, p))(positions)
+
+
+def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
+               cfg: StepConfig) -> tuple[TrainState, dict]:
+    """One iteration on this device's (b, H, W, C) uint8 images and (b,) labels."""
+    if cfg.augmentation is not None:
+        images = cfg.augmentation(images, sample_keys(state, images.shape[0]))
+    x = normalize(images, stats[0], stats[1], cfg.dtype)
+
+    def loss_fn(params):
+        logits, updates = cfg.model.apply(
+            {"params": params, "batch_stats": state.batch_stats}, x, train=True,
+            mutable=["batch_stats"])
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        return loss, (logits, updates["batch_stats"])
+
+    (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    # The one gradient all-reduce: the mean of per-device gradients is the gradient of the
+    # global-batch loss (equal per-device batches). shard_map runs with check_vma=False, so
+    # nothing was summed implicitly before this.
+    grads = lax.pmean(grads, AXIS)
+    if not cfg.sync_batch_norm:
+        # Per-device running statistics would drift apart; average them so every replica
+        # evaluates with the same model. (With sync BN they are already identical.)
+        batch_stats = lax.pmean(batch_stats, AXIS)
+    updates, opt_state = cfg.tx.update(grads, state.opt_state, state.params)
+    new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                              batch_stats=batch_stats, opt_state=opt_state)
+    correct = jnp.mean((jnp.argmax(logits, -1) == labels).astype(jnp.float32))
+    # Mini-batch loss and accuracy of the global batch: average of the device means.
+    metrics = lax.pmean({"loss": loss, "accuracy": correct}, AXIS)
+    metrics["learn_rate"] = jnp.asarray(cfg.schedule(state.step), jnp.float32)
+    return new_state, metrics
+
+
+def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: StepConfig,
+                length: int) -> tuple[TrainState, dict]:
+    """Up to ``length`` iterations in one dispatch, stopping at iteration ``limit``.
+
+    Args:
+      state: replicated ``TrainState``.
+      images: (N, H, W, C) uint8, the whole training set, resident on this device.
+      labels: (N,) int32.
+      order: (total_steps, b) int32, this device's columns of every iteration's batch.
+      stats: per-channel (mean, std), float32 (C,) each.
+      limit: int32 scalar; iterations ``>= limit`` are skipped (a cheap branch), so one
+        compiled block serves every validation and table boundary.
+      length: static number of scan iterations.
+
+    Returns:
+      The new state and per-iteration metrics, each of shape (length,).
+    """
+    def one(state):
+        idx = lax.dynamic_index_in_dim(order, state.step, keepdims=False)
+        return train_step(state, jnp.take(images, idx, axis=0), jnp.take(labels, idx, axis=0),
+                          stats, cfg)
+
+    if length == 1:
+        return _single(one, state)
+
+    zeros = {"loss": jnp.float32(0), "accuracy": jnp.float32(0), "learn_rate": jnp.float32(0)}
+
+    def body(state, _):
+        # Gather outside the branch: the branch's operands are then the state and one
+        # batch, not the whole resident data set.
+        idx = lax.dynamic_index_in_dim(order, jnp.minimum(state.step, order.shape[0] - 1),
+                                       keepdims=False)
+        batch = (jnp.take(images, idx, axis=0), jnp.take(labels, idx, axis=0))
+        return lax.cond(state.step < limit,
+                        lambda s, b: train_step(s, *b, stats, cfg),
+                        lambda s, b: (s, zeros), state, batch)
+
+    return lax.scan(body, state, None, length=length)
+
+
+def _single(one: Callable, state: TrainState):
+    state, metrics = one(state)
+    return state, jax.tree.map(lambda m: m[None], metrics)

@@ -1,0 +1,248 @@
+"""``train``: MATLAB's ``trainnet`` on every local device, returning ``(net, info)``.
+
+The loop dispatches blocks of iterations (``step.train_block``), keeps metrics on the
+device, and synchronises with the host only where something is due: a table row, a
+validation, an ``output_fn`` call, the end.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxflowers.data.loader import ResidentData, channel_stats
+from jaxflowers.optim import learn_rate_schedule, make_optimizer
+from jaxflowers.options import TrainingOptions
+from jaxflowers.parallel import AXIS, REPLICATED, DataParallel, select_devices, sharded
+from jaxflowers.predict import Predictor
+from jaxflowers.progress import Progress, TrainingInfo
+from jaxflowers.step import StepConfig, TrainState, init_state, train_block
+
+__all__ = ["TrainedNet", "TrainingInfo", "train"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedNet:
+    """A trained network: the module, its variables and what it needs to predict.
+
+    Attributes:
+      model: the flax module (compute dtype as trained, per-device batch norm).
+      variables: {"params": ..., "batch_stats": ...} of numpy arrays.
+      class_names: tuple of str, output ``i`` is class ``class_names[i]``.
+      normalization: per-channel (mean, std), float32 (C,), applied to uint8 inputs.
+      input_shape: (H, W, C) the network expects.
+    """
+
+    model: Any
+    variables: dict
+    class_names: tuple[str, ...]
+    normalization: tuple[np.ndarray, np.ndarray]
+    input_shape: tuple[int, int, int]
+
+    @property
+    def dtype(self):
+        return getattr(self.model, "dtype", jnp.float32)
+
+
+def train(data, model, options: TrainingOptions) -> tuple[TrainedNet, TrainingInfo]:
+    """Train ``model`` on ``data`` with ``options`` over every selected device (``trainnet``).
+
+    Args:
+      data: an image set: uint8 ``images`` (N, H, W, C), int ``labels`` (N,),
+        ``class_names``. It is copied once to every device.
+      model: a flax module mapping (B, H, W, C) to (B, num_classes) logits; modules with
+        ``dtype`` / ``bn_axis_name`` fields get the compute precision and, with
+        ``sync_batch_norm``, the mesh axis.
+      options: ``TrainingOptions``; ``mini_batch_size`` is the global batch.
+
+    Returns:
+      ``(net, info)``: a ``TrainedNet`` and a ``TrainingInfo``.
+    """
+    if not isinstance(options, TrainingOptions):
+        raise TypeError(f"options must be TrainingOptions, not {type(options).__name__}")
+    parallel = DataParallel(select_devices(options.execution_environment, options.num_devices),
+                            options.strategy)
+    _check_batch(options, parallel.num_devices, len(data))
+    run = _Run(data, model, options, parallel)
+    return run.execute()
+
+
+class _Run:
+    """One training: placed data, compiled functions, the loop."""
+
+    def __init__(self, data, model, options: TrainingOptions, parallel: DataParallel):
+        self.options, self.parallel, self.data = options, parallel, data
+        self.dtype = _compute_dtype(options.precision, parallel.devices)
+        self.model = _configure(model, self.dtype, None)
+        self.resident = ResidentData.place(
+            parallel, data, mini_batch_size=options.mini_batch_size,
+            num_epochs=options.max_epochs, shuffle=options.shuffle, seed=options.seed)
+        self.steps_per_epoch = self.resident.steps_per_epoch
+        self.total = self.steps_per_epoch * options.max_epochs
+        self.normalization = channel_stats(data.images)
+        self.stats = parallel.put(self.normalization)
+        self.input_shape = (options.augmentation.output_shape(tuple(data.images.shape[1:]))
+                            if options.augmentation else tuple(data.images.shape[1:]))
+        self.cfg = StepConfig(
+            model=_configure(model, self.dtype, AXIS if options.sync_batch_norm else None),
+            tx=make_optimizer(options, self.steps_per_epoch),
+            schedule=learn_rate_schedule(options, self.steps_per_epoch),
+            augmentation=options.augmentation, dtype=self.dtype,
+            sync_batch_norm=options.sync_batch_norm)
+        self.block = _block_length(options, self.input_shape, parallel.devices[0].platform)
+        self.validation = self._place_validation(options.validation_data)
+
+    def execute(self) -> tuple[TrainedNet, TrainingInfo]:
+        t0 = time.perf_counter()
+        # Initialised unmapped, so with the per-device batch norm of `self.model`.
+        state = self.parallel.put(init_state(self.model, self.cfg.tx, self.input_shape,
+                                             self.options.seed))
+        step_fn = self._compile(state)
+        compile_time = time.perf_counter() - t0
+        progress = self._progress()
+        progress.start(self._summary())
+        state, timings = self._loop(step_fn, state, progress)
+        info = progress.finish(compile_time=compile_time, num_devices=self.parallel.num_devices,
+                               **timings)
+        return self._net(state), info
+
+    def _compile(self, state):
+        block = functools.partial(train_block, cfg=self.cfg, length=self.block)
+        specs = (REPLICATED, REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED)
+        fn = self.parallel.wrap(block, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
+        r = self.resident
+        limit = self.parallel.put(np.int32(0))
+        return fn.lower(state, r.images, r.labels, r.order, self.stats, limit).compile()
+
+    def _loop(self, step_fn, state, progress: Progress):
+        r, opts, pending = self.resident, self.options, []
+        done, t0, val_time = 0, time.perf_counter(), 0.0
+        while done < self.total and not progress.stop_requested:
+            limit = min(self._next_sync(done), self.total)
+            while done < limit:
+                state, metrics = step_fn(state, r.images, r.labels, r.order, self.stats,
+                                         self.parallel.put(np.int32(limit)))
+                pending.append((min(self.block, limit - done), metrics))
+                done += pending[-1][0]
+                if opts.output_fn is not None and len(pending) > 1:
+                    _drain(pending[:-1], progress, self.parallel)  # one block stays in flight
+                    del pending[:-1]
+            _drain(pending, progress, self.parallel)
+            pending.clear()
+            if self._validation_due(done):
+                t_val = time.perf_counter()
+                progress.add_validation(done, *self._validate(state))
+                val_time += time.perf_counter() - t_val
+            progress.report()
+        jax.block_until_ready(state)
+        train_time = time.perf_counter() - t0
+        images = progress.iterations_done * opts.mini_batch_size
+        return state, {"train_time": train_time, "validation_time": val_time,
+                       "images_per_second": images / max(train_time - val_time, 1e-9)}
+
+    def _next_sync(self, done: int) -> int:
+        """The next iteration after ``done`` at which the host must look at results."""
+        opts, nxt = self.options, done + 1
+        candidates = [self.total, _next_multiple(done, opts.verbose_frequency)]
+        if done == 0:
+            candidates.append(nxt)  # MATLAB prints the first iteration
+        if self.validation is not None:
+            candidates.append(_next_multiple(done, opts.validation_frequency))
+        if opts.plots != "none":
+            candidates.append(_next_multiple(done, max(1, self.steps_per_epoch // 4)))
+        return min(candidates)
+
+    def _validation_due(self, done: int) -> bool:
+        return self.validation is not None and (
+            done % self.options.validation_frequency == 0 or done == self.total)
+
+    def _place_validation(self, data):
+        if data is None:
+            return None
+        if tuple(data.images.shape[1:]) != self.input_shape:
+            raise ValueError(f"validation_data images are {tuple(data.images.shape[1:])} but "
+                             f"training feeds the network {self.input_shape}")
+        per_device = self.options.mini_batch_size // self.parallel.num_devices
+        predictor = Predictor(self.parallel, self.model, self.dtype, per_device)
+        return predictor, predictor.place(np.asarray(data.images)), np.asarray(data.labels)
+
+    def _validate(self, state: TrainState) -> tuple[float, float]:
+        predictor, placed, labels = self.validation
+        variables = {"params": state.params, "batch_stats": state.batch_stats}
+        logits = predictor.logits(variables, placed, self.stats).astype(np.float64)
+        logits -= logits.max(axis=1, keepdims=True)
+        log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+        loss = -np.mean(log_probs[np.arange(len(labels)), labels])
+        return float(loss), float(np.mean(np.argmax(logits, axis=1) == labels))
+
+    def _progress(self) -> Progress:
+        plot = None
+        if self.options.plots == "training-progress":
+            from jaxflowers.plots import TrainingProgressPlot
+            plot = TrainingProgressPlot()
+        return Progress(steps_per_epoch=self.steps_per_epoch, verbose=self.options.verbose,
+                        verbose_frequency=self.options.verbose_frequency,
+                        output_fn=self.options.output_fn, plot=plot)
+
+    def _summary(self) -> str:
+        kinds = sorted({d.device_kind for d in self.parallel.devices})
+        return (f"Training on {self.parallel.num_devices} x {'/'.join(kinds)} "
+                f"({self.parallel.strategy}, {jnp.dtype(self.dtype).name}), "
+                f"{len(self.data)} images, {self.steps_per_epoch} iterations per epoch, "
+                f"mini-batch {self.options.mini_batch_size}, {self.block} iteration(s) per dispatch")
+
+    def _net(self, state: TrainState) -> TrainedNet:
+        variables = self.parallel.get({"params": state.params, "batch_stats": state.batch_stats})
+        return TrainedNet(model=self.model, variables=variables,
+                          class_names=tuple(self.data.class_names),
+                          normalization=self.normalization, input_shape=self.input_shape)
+
+
+def _drain(pending, progress: Progress, parallel: DataParallel) -> None:
+    """Fetch finished blocks' metrics (a host sync) and hand the real iterations on."""
+    fetched = parallel.get([m for _, m in pending])
+    for (count, _), metrics in zip(pending, fetched):
+        progress.add(metrics["loss"][:count], metrics["accuracy"][:count],
+                     metrics["learn_rate"][:count])
+
+
+def _next_multiple(done: int, every: int) -> int:
+    return (done // every + 1) * every
+
+
+def _block_length(options: TrainingOptions, image_shape, platform: str) -> int:
+    """Iterations per dispatch. On GPUs, small images run 16 iterations per dispatch so
+    Python never paces the device; a large-image step outlasts its dispatch, so 1. XLA:CPU
+    runs convolutions inside loops many times slower than outside, so 1 there too."""
+    if options.steps_per_dispatch is not None:
+        return options.steps_per_dispatch
+    small = image_shape[0] * image_shape[1] < 96 * 96
+    return 16 if small and platform != "cpu" else 1
+
+
+def _compute_dtype(precision: str, devices):
+    if precision == "auto":
+        return jnp.bfloat16 if devices[0].platform == "gpu" else jnp.float32
+    return jnp.dtype(precision).type
+
+
+def _configure(model, dtype, bn_axis_name):
+    """The module with the compute dtype and batch-norm axis set, where it has those fields."""
+    fields = {f.name for f in dataclasses.fields(model)} if dataclasses.is_dataclass(model) else set()
+    changes = {k: v for k, v in (("dtype", dtype), ("bn_axis_name", bn_axis_name)) if k in fields}
+    return model.clone(**changes) if changes else model
+
+
+def _check_batch(options: TrainingOptions, num_devices: int, num_samples: int) -> None:
+    batch = options.mini_batch_size
+    if batch % num_devices:
+        raise ValueError(f"mini_batch_size={batch} is not divisible by {num_devices} devices; "
+                         f"use a multiple of {num_devices} or scale_for_devices")
+    if batch > num_samples:
+        raise ValueError(f"mini_batch_size={batch} is larger than the {num_samples} training "
+                         "images, so an epoch would have no complete mini-batch")

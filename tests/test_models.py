@@ -1,0 +1,70 @@
+"""Models: parameter counts against torchvision and the MATLAB architecture, shapes, dtypes."""
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jaxflowers as jf
+
+
+def _params(model, shape):
+    variables = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros(shape),
+                                                  train=False))
+    return variables
+
+
+def _count(tree):
+    return sum(x.size for x in jax.tree.leaves(tree))
+
+
+@pytest.mark.parametrize("num_classes, expected", [(1000, 25_557_032), (5, 23_518_277)])
+def test_resnet50_parameter_count_equals_torchvision(num_classes, expected):
+    variables = _params(jf.models.resnet50(num_classes), (1, 224, 224, 3))
+    assert _count(variables["params"]) == expected
+
+
+def test_resnet_family_counts_equal_torchvision():
+    # torchvision.models.resnet18/34/101(num_classes=1000) parameter counts.
+    for build, expected in [(jf.models.resnet18, 11_689_512), (jf.models.resnet34, 21_797_672),
+                            (jf.models.resnet101, 44_549_160)]:
+        assert _count(_params(build(1000), (1, 224, 224, 3))["params"]) == expected
+
+
+def _cifar_count_by_hand(depth):
+    width = {1: 16, 2: 11, 3: 9, 4: 8}[depth]  # round(16/sqrt(depth))
+    total, channels = 0, 3
+    for filters in (width, 2 * width, 4 * width):
+        for _ in range(depth):
+            total += 3 * 3 * channels * filters + filters  # conv weights + bias
+            total += 2 * filters  # batch-norm scale + offset
+            channels = filters
+    return total + channels * 10 + 10  # dense
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_cifar_net_structure_and_count(depth):
+    model = jf.models.cifar_net(depth)
+    variables = _params(model, (2, 32, 32, 3))
+    assert _count(variables["params"]) == _cifar_count_by_hand(depth)
+    width = jf.models.cifar_width(depth)
+    convs = [variables["params"][f"Conv_{i}"]["kernel"].shape for i in range(3 * depth)]
+    assert f"Conv_{3 * depth}" not in variables["params"]
+    assert len(convs) == 3 * depth
+    assert [c[-1] for c in convs] == [width] * depth + [2 * width] * depth + [4 * width] * depth
+    assert all(c[:2] == (3, 3) for c in convs)
+    assert len([k for k in variables["batch_stats"]]) == 3 * depth
+    assert variables["params"]["Dense_0"]["kernel"].shape == (4 * width, 10)
+
+
+def test_cifar_net_rejects_bad_depth():
+    with pytest.raises(ValueError, match="depth=0"):
+        jf.models.cifar_net(0)
+
+
+def test_bfloat16_compute_keeps_float32_parameters_and_logits():
+    model = jf.models.cifar_net(1, dtype=jnp.bfloat16)
+    x = jnp.ones((2, 32, 32, 3))
+    variables = model.init(jax.random.PRNGKey(0), x, train=False)
+    assert {p.dtype for p in jax.tree.leaves(variables["params"])} == {jnp.dtype(jnp.float32)}
+    assert model.apply(variables, x, train=False).dtype == jnp.float32
+    jaxpr = jax.make_jaxpr(lambda v: model.apply(v, x, train=False))(variables)
+    assert "bf16" in str(jaxpr)  # the convolutions really run in bfloat16
