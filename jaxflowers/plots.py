@@ -1,0 +1,365 @@
+"""Charts: confusion chart, training progress, speedup.
+
+The only module that imports ``matplotlib.pyplot``, and only inside the functions that
+draw. Static charts use pyplot (so Jupyter shows them at the end of the cell); outside
+Jupyter pyplot gets the non-interactive Agg backend, so nothing ever opens a window.
+The live plots (``TrainingProgressPlot``, ``SweepProgressPlot``, ``sweep_progress``) are
+in ``jaxflowers.live``, which draws with the helpers here; they stay reachable from here.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+_BLUE, _RED = np.array([0.0, 0.447, 0.741]), np.array([0.85, 0.325, 0.098])
+_DIVISOR = {"row-normalized": 1, "column-normalized": 0}
+
+
+def _in_jupyter() -> bool:
+    """True inside a Jupyter (IPython kernel) session; never imports IPython itself."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return getattr(shell, "kernel", None) is not None
+
+
+def _pyplot():
+    """matplotlib.pyplot, on Agg unless in Jupyter or the user has chosen a backend."""
+    import matplotlib
+
+    if ("matplotlib.pyplot" not in sys.modules and not _in_jupyter()
+            and not os.environ.get("MPLBACKEND")):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _field(info, name: str) -> np.ndarray:
+    """``info.name`` (or ``info[name]``) as a 1-D array; empty where absent or None."""
+    value = info.get(name) if isinstance(info, Mapping) else getattr(info, name, None)
+    return np.asarray([] if value is None else value).reshape(-1)
+
+
+def _label_indices(labels, class_names: list[str], what: str) -> np.ndarray:
+    labels = np.asarray(labels).reshape(-1)
+    if labels.dtype.kind in "iu":
+        bad = labels[(labels < 0) | (labels >= len(class_names))].tolist()
+    else:
+        lookup = {str(name): i for i, name in enumerate(class_names)}
+        bad = [str(v) for v in labels if str(v) not in lookup]
+        labels = np.array([lookup.get(str(v), -1) for v in labels], dtype=np.int64)
+    if len(bad):
+        raise ValueError(f"confusion_chart: {what} contains {bad[0]!r}, which is not one of "
+                         f"the {len(class_names)} classes {list(class_names)!r}")
+    return labels.astype(np.int64)
+
+
+def _percent(part: np.ndarray, whole) -> np.ndarray:
+    """100 * part / whole as float64; NaN where whole is 0 (a class with no samples)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return 100.0 * part / np.asarray(whole, dtype=np.float64)
+
+
+def _normalize(counts: np.ndarray, mode: str) -> np.ndarray:
+    """The cell values for a MATLAB ``Normalization`` mode."""
+    if mode == "absolute":
+        return counts.astype(np.float64)
+    if mode == "total-normalized":
+        return _percent(counts, counts.sum())
+    return _percent(counts, counts.sum(axis=_DIVISOR[mode], keepdims=True))
+
+
+def _draw_cells(ax, values, diagonal, percent: bool, blank_zero: bool = True) -> None:
+    """Colour cells (blue where correct, red where not, stronger for larger) and label them;
+    zero cells stay blank and unlabelled like MATLAB's, unless ``blank_zero`` is False."""
+    v = np.nan_to_num(values)
+    scale = v / max(v.max(), 1e-12)
+    rgb = 1.0 - scale[..., None] * (1.0 - np.where(diagonal[..., None], _BLUE, _RED))
+    ax.imshow(rgb, aspect="auto", interpolation="nearest")
+    size = float(np.clip(12 - 0.4 * max(values.shape), 5, 10))
+    for (i, j), value in np.ndenumerate(values):
+        if np.isfinite(value) and (value != 0 or not blank_zero):
+            text = f"{value:.1f}%" if percent else f"{value:g}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=size,
+                    color="white" if scale[i, j] > 0.55 else "black")
+
+
+@dataclass
+class ConfusionChart:
+    """What ``confusion_chart`` drew (MATLAB: ``ConfusionMatrixChart``).
+
+    Attributes:
+      figure, ax: the matplotlib Figure and the Axes holding the cells.
+      matrix: (K, K) int64 counts; rows are true classes, columns predicted classes.
+      normalized_values: (K, K) float64, what the cells show (``NormalizedValues``).
+      row_summary: (K, 2) float64 [correct, incorrect] per true class, or None.
+      column_summary: (2, K) float64 [correct; incorrect] per predicted class, or None.
+      class_names: list[str] of the K classes.
+    """
+
+    figure: object
+    ax: object
+    matrix: np.ndarray
+    normalized_values: np.ndarray
+    row_summary: np.ndarray | None
+    column_summary: np.ndarray | None
+    class_names: list
+
+    def __repr__(self) -> str:
+        return f"ConfusionChart({len(self.class_names)} classes, {self.matrix.sum()} samples)"
+
+
+_MODES = ("off", "absolute", "row-normalized", "column-normalized", "total-normalized")
+
+
+def _count(true_labels, pred_labels, names: list[str]) -> np.ndarray:
+    """(K, K) int64 confusion counts; rows are true classes, columns predicted ones."""
+    t = _label_indices(true_labels, names, "true_labels")
+    p = _label_indices(pred_labels, names, "pred_labels")
+    if t.shape != p.shape:
+        raise ValueError(f"confusion_chart: {t.size} true labels but {p.size} predictions")
+    counts = np.zeros((len(names), len(names)), np.int64)
+    np.add.at(counts, (t, p), 1)
+    return counts
+
+
+def _check_mode(name: str, value, allowed: tuple) -> str | None:
+    value = "off" if value is None else value
+    if value not in allowed:
+        raise ValueError(f"confusion_chart({name}={value!r}) must be one of {allowed}")
+    return None if value == "off" else value
+
+
+def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-normalized",
+                    column_summary="column-normalized", title=None, ax=None,
+                    normalization="absolute") -> ConfusionChart:
+    """Draw a confusion matrix with per-class summaries (MATLAB: ``confusionchart``).
+
+    Args:
+      true_labels, pred_labels: (N,) int class indices into ``class_names``, or (N,)
+        strings equal to class names.
+      class_names: the K class names, in index order.
+      row_summary: "row-normalized" (% correct / incorrect of each true class, i.e. recall),
+        "absolute", "total-normalized", or None / "off" to hide.
+      column_summary: "column-normalized" (% correct / incorrect of each predicted class,
+        i.e. precision), "absolute", "total-normalized", or None / "off".
+      title: optional axes title.
+      ax: Axes to draw the cells into; summaries are appended beside it. None makes a figure.
+      normalization: what the cells show: "absolute" counts, "row-normalized",
+        "column-normalized" or "total-normalized" percentages.
+
+    Returns:
+      A ``ConfusionChart`` with ``.figure``, ``.matrix`` (counts) and the summaries.
+    """
+    names = [str(c) for c in class_names]
+    k, counts = len(names), _count(true_labels, pred_labels, names)
+    normalization = _check_mode("normalization", normalization, _MODES[1:])
+    rows = _check_mode("row_summary", row_summary, _MODES[:3] + _MODES[4:])
+    cols = _check_mode("column_summary", column_summary, _MODES[:2] + _MODES[3:])
+    if ax is None:
+        cell = float(np.clip(8 / k, 0.3, 0.8))  # inches
+        size = (2.5 + cell * (k + 2.2 * bool(rows)), 2.5 + cell * (k + 2.2 * bool(cols)))
+        ax = _pyplot().figure(figsize=size, layout="tight").gca()
+    values = _normalize(counts, normalization)
+    _draw_cells(ax, values, np.eye(k, dtype=bool), normalization != "absolute")
+    ax.set(xticks=range(k), yticks=range(k), xlabel="Predicted Class", ylabel="True Class")
+    ax.set_xticklabels(names, rotation=90 if max(map(len, names), default=0) > 4 else 0)
+    ax.set_yticklabels(names)
+    if title:
+        ax.set_title(title)
+    if rows or cols:
+        from mpl_toolkits.axes_grid1 import make_axes_locatable
+
+        divider = make_axes_locatable(ax)
+    row_vals = _summaries(divider, ax, counts, rows, axis=1) if rows else None
+    col_vals = _summaries(divider, ax, counts, cols, axis=0) if cols else None
+    return ConfusionChart(ax.figure, ax, counts, values, row_vals, col_vals, names)
+
+
+def _summaries(divider, ax, counts, mode, axis: int):
+    """[correct, incorrect] per class along ``axis`` (1: true rows, 0: predicted columns),
+    drawn in an Axes appended right of (axis=1) or below (axis=0) the cells."""
+    correct = np.diag(counts)
+    both = np.stack([correct, counts.sum(axis=axis) - correct], axis=axis)  # (K,2)|(2,K)
+    whole = counts.sum() if mode == "total-normalized" else counts.sum(axis, keepdims=True)
+    values = both.astype(np.float64) if mode == "absolute" else _percent(both, whole)
+    side, share, pad = ("right", "sharey", 0.15) if axis == 1 else ("bottom", "sharex", 0.45)
+    if axis == 0:  # leave room for the predicted-class names and label under the cells
+        pad += 0.1 + 0.07 * max(len(t.get_text()) for t in ax.get_xticklabels())
+    extra = divider.append_axes(side, size=f"{200 / len(correct):.0f}%", pad=pad,
+                                **{share: ax})
+    is_correct = np.stack([np.ones(len(correct)), np.zeros(len(correct))], axis=axis)
+    _draw_cells(extra, values, is_correct.astype(bool), mode != "absolute", blank_zero=False)
+    extra.set_axis_off()
+    return values
+
+
+def _smooth(values: np.ndarray, weight: float) -> np.ndarray:
+    """Exponential moving average, bias-corrected like TensorBoard's; NaNs are skipped."""
+    out, avg, seen = np.full(len(values), np.nan), 0.0, 0
+    for i, value in enumerate(values):
+        if np.isfinite(value):
+            avg, seen = weight * avg + (1 - weight) * value, seen + 1
+        if seen:
+            out[i] = avg / (1 - weight**seen)
+    return out
+
+
+def _progress_title(info) -> str:
+    it, ep, lr = (_field(info, k) for k in ("iteration", "epoch", "learn_rate"))
+    parts = [f"Iteration {it[-1]}"] if it.size else ["Waiting for the first iteration"]
+    parts += [f"epoch {ep[-1]}"] if ep.size else []
+    parts += [f"learn rate {lr[-1]:.3g}"] if lr.size else []
+    val = _field(info, "validation_accuracy")
+    parts += [f"validation accuracy {val[-1]:.2f}%"] if val.size else []
+    return ", ".join(parts)
+
+
+def _draw_progress(acc_ax, loss_ax, info, smoothing: float) -> None:
+    """MATLAB's two training-progress panels, drawn into the given Axes."""
+    it, ep = _field(info, "iteration"), _field(info, "epoch")
+    val_it = _field(info, "validation_iteration")
+    panels = ((acc_ax, "accuracy", "Accuracy (%)", _BLUE), (loss_ax, "loss", "Loss", _RED))
+    for ax, key, ylabel, color in panels:
+        y, val = _field(info, key), _field(info, "validation_" + key)
+        n, m = min(it.size, y.size), min(val_it.size, val.size)
+        ax.plot(it[:n], y[:n], lw=0.6, alpha=0.4, color=color, label="Training")
+        ax.plot(it[:n], _smooth(y[:n], smoothing), lw=1.6, color=color,
+                label="Training (smoothed)")
+        if m:
+            ax.plot(val_it[:m], val[:m], "--o", ms=4, lw=1, color="black", label="Validation")
+        for x in it[1:][ep[1:] != ep[:-1]] if ep.size == it.size else ():
+            ax.axvline(x - 0.5, color="0.5", lw=0.6, alpha=0.5, gid="epoch")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.25)
+    acc_ax.set_ylim(0, 100)
+    acc_ax.set_title(_progress_title(info), fontsize="medium")
+    acc_ax.legend(loc="lower right", fontsize="small")
+    loss_ax.set_xlabel("Iteration")
+
+
+def _draw_gpu(ax, history: dict) -> None:
+    """Utilisation (%) of each monitored GPU against seconds since the monitor started."""
+    for g, index in enumerate(history["device"]):
+        ax.plot(history["time"], history["utilization"][:, g], lw=1, label=f"GPU {index}")
+    ax.set(ylim=(0, 105), xlabel="Time (s)", ylabel="GPU use (%)")
+    ax.legend(loc="lower right", fontsize="x-small", ncols=min(len(history["device"]), 4))
+    ax.grid(alpha=0.25)
+
+
+def training_progress(info, *, ax=None, smoothing: float = 0.8):
+    """Draw accuracy and loss against iteration (MATLAB: the "training-progress" plot).
+
+    Args:
+      info: a ``TrainingInfo`` (or a mapping) with ``iteration`` (I,) int, 1-based;
+        ``epoch`` (I,) int; ``loss`` (I,) float; ``accuracy`` (I,) float, %;
+        ``learn_rate`` (I,) float; ``validation_iteration`` (V,) int; ``validation_loss``
+        and ``validation_accuracy`` (V,) float (%). Missing fields are left out.
+      ax: None for a new figure, or a pair (accuracy Axes, loss Axes).
+      smoothing: weight in [0, 1) of the exponential moving average drawn over the
+        mini-batch values (0: no smoothing).
+
+    Returns:
+      The matplotlib Figure: thin raw mini-batch values, a smoothed line, validation as
+      black dashed line with markers, faint vertical lines at epoch boundaries.
+    """
+    if ax is None:
+        _, ax = _pyplot().subplots(2, 1, sharex=True, figsize=(8, 6), layout="constrained")
+    _draw_progress(ax[0], ax[1], info, smoothing)
+    return ax[0].figure
+
+
+_KEYS = ("model", "strategy", "scaling", "devices", "images_per_s")
+
+
+def _records(results) -> list[Mapping]:
+    records = results.get("results", results.get("records")) if isinstance(
+        results, Mapping) else results
+    if records is None:
+        raise ValueError("speedup: expected a list of records or a dict with 'results'")
+    for record in records:
+        missing = [k for k in _KEYS if k not in record]
+        if missing:
+            raise ValueError(f"speedup: record {dict(record)!r} lacks {missing}")
+    return list(records)
+
+
+def speedup_table(results) -> list[dict]:
+    """Speedup and efficiency of each benchmark record over its smallest device count.
+
+    Args:
+      results: bench JSON (a dict with "results") or a list of records, each with
+        ``model``, ``strategy`` (str), ``scaling`` ("weak" or "strong"), ``devices`` (int)
+        and ``images_per_s`` (float). Repeats of one configuration are reduced to their median.
+
+    Returns:
+      list of dicts (model, strategy, scaling, devices, images_per_s, speedup, efficiency)
+      sorted by model, strategy, scaling, devices. ``speedup`` = images/s at N devices over
+      images/s at 1 device of the same model/strategy/scaling (if the smallest count n0 > 1,
+      ``n0 * ips_N / ips_n0``); ``efficiency`` = speedup / devices.
+    """
+    groups: dict[tuple, dict[int, list[float]]] = {}
+    for r in _records(results):
+        key = (str(r["model"]), str(r["strategy"]), str(r["scaling"]))
+        groups.setdefault(key, {}).setdefault(int(r["devices"]), []).append(
+            float(r["images_per_s"]))
+    rows = []
+    for key in sorted(groups):
+        ips = {n: float(np.median(v)) for n, v in sorted(groups[key].items())}
+        n0 = min(ips)
+        for n, value in ips.items():
+            gain = n0 * value / ips[n0]
+            rows.append(dict(zip(("model", "strategy", "scaling"), key), devices=n,
+                             images_per_s=value, speedup=gain, efficiency=gain / n))
+    return rows
+
+
+def speedup(results, *, ax=None, path=None):
+    """Plot measured speedup against device count, one line per model/strategy/scaling.
+
+    Args:
+      results: as for ``speedup_table``.
+      ax: Axes to draw into; None makes a figure.
+      path: if given, the figure is also saved there (PNG by default).
+
+    Returns:
+      The matplotlib Figure, with the ideal y = x line dotted.
+    """
+    rows = speedup_table(results)
+    if ax is None:
+        _, ax = _pyplot().subplots(figsize=(6, 4.5), layout="constrained")
+    for key in dict.fromkeys((r["model"], r["strategy"], r["scaling"]) for r in rows):
+        group = [r for r in rows if (r["model"], r["strategy"], r["scaling"]) == key]
+        ax.plot([r["devices"] for r in group], [r["speedup"] for r in group],
+                "-o" if key[2] == "strong" else "--s", label=f"{key[0]}, {key[1]} ({key[2]})")
+    counts = sorted({r["devices"] for r in rows})
+    if counts:
+        ax.plot([counts[0], counts[-1]], [counts[0], counts[-1]], ":", color="0.4",
+                label="ideal")
+        ax.set_xticks(counts)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(xlabel="Devices", ylabel="Speedup over 1 device", title="Scaling")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.25)
+    if path is not None:
+        ax.figure.savefig(path, dpi=120)
+    return ax.figure
+
+
+_LIVE = ("SweepProgressPlot", "TrainingProgressPlot", "sweep_progress")
+
+
+def __getattr__(name: str):
+    """``plots.TrainingProgressPlot`` etc. from ``jaxflowers.live``, imported on first use:
+    live imports this module, so importing it here at load time would be a cycle."""
+    if name in _LIVE:
+        from jaxflowers import live
+
+        return getattr(live, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

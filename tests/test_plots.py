@@ -1,0 +1,194 @@
+"""plots: numbers in the confusion chart, progress lines, speedup table; light import."""
+import dataclasses
+import os
+import pathlib
+import subprocess
+import sys
+
+import matplotlib
+import matplotlib.image
+import numpy as np
+import pytest
+
+from jaxflowers import plots
+
+NAMES = ["daisy", "dandelion", "roses", "sunflowers"]
+TRUE = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 3])
+PRED = np.array([0, 0, 1, 1, 2, 2, 2, 2, 0, 3])
+COUNTS = [[2, 1, 0, 0], [0, 1, 1, 0], [1, 0, 3, 0], [0, 0, 0, 1]]
+
+
+@dataclasses.dataclass
+class Info:
+    """Stands in for train.TrainingInfo."""
+    iteration: np.ndarray
+    epoch: np.ndarray
+    loss: np.ndarray
+    accuracy: np.ndarray
+    learn_rate: np.ndarray
+    validation_iteration: np.ndarray
+    validation_loss: np.ndarray
+    validation_accuracy: np.ndarray
+
+
+def make_info(n=12):
+    it = np.arange(1, n + 1)
+    return Info(it, (it - 1) // 4 + 1, 2.0 / it, np.linspace(10.0, 95.0, n),
+                np.full(n, 0.01), np.array([4, 8, 12]), np.array([0.9, 0.5, 0.3]),
+                np.array([50.0, 80.0, 90.0]))
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def cell_texts(ax):
+    """{(row, column): text} of the labels drawn on an Axes."""
+    return {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text()
+            for t in ax.texts}
+
+
+def assert_png(path, fig, dpi):
+    image = matplotlib.image.imread(path)
+    width, height = fig.get_size_inches() * dpi
+    assert image.shape[:2] == (round(height), round(width))
+    assert image[..., :3].std() > 0.01  # something was drawn, not a blank canvas
+
+
+def test_confusion_chart_counts_and_summaries(tmp_path):
+    chart = plots.confusion_chart(TRUE, PRED, NAMES, title="Flowers")
+    assert chart.matrix.tolist() == COUNTS and chart.matrix.dtype == np.int64
+    main, rows, cols = chart.figure.axes
+    assert cell_texts(main) == {(0, 0): "2", (0, 1): "1", (1, 1): "1", (1, 2): "1",
+                                (2, 0): "1", (2, 2): "3", (3, 3): "1"}  # zeros stay blank
+    np.testing.assert_allclose(chart.row_summary, [[200 / 3, 100 / 3], [50, 50], [75, 25],
+                                                   [100, 0]])
+    assert cell_texts(rows) == {(0, 0): "66.7%", (0, 1): "33.3%", (1, 0): "50.0%",
+                                (1, 1): "50.0%", (2, 0): "75.0%", (2, 1): "25.0%",
+                                (3, 0): "100.0%", (3, 1): "0.0%"}
+    np.testing.assert_allclose(chart.column_summary, [[200 / 3, 50, 75, 100],
+                                                      [100 / 3, 50, 25, 0]])
+    assert cell_texts(cols)[(0, 2)] == "75.0%" and cell_texts(cols)[(1, 0)] == "33.3%"
+    assert main.get_title() == "Flowers"
+    assert [t.get_text() for t in main.get_yticklabels()] == NAMES
+    chart.figure.savefig(tmp_path / "cc.png", dpi=50)
+    assert_png(tmp_path / "cc.png", chart.figure, 50)
+
+
+def test_confusion_chart_string_labels_options_and_errors():
+    names = np.array(NAMES)
+    chart = plots.confusion_chart(names[TRUE], list(names[PRED]), NAMES, row_summary=None,
+                                  column_summary="off", normalization="row-normalized")
+    assert chart.matrix.tolist() == COUNTS
+    assert chart.row_summary is None and chart.column_summary is None
+    assert len(chart.figure.axes) == 1
+    assert cell_texts(chart.ax)[(2, 2)] == "75.0%" and cell_texts(chart.ax)[(0, 1)] == "33.3%"
+    absolute = plots.confusion_chart(TRUE, PRED, NAMES + ["tulips"], row_summary="absolute",
+                                     column_summary=None)
+    assert absolute.row_summary.tolist() == [[2, 1], [1, 1], [3, 1], [1, 0], [0, 0]]
+    assert cell_texts(absolute.figure.axes[1])[(2, 1)] == "1"
+    with pytest.raises(ValueError, match="'tulips'"):
+        plots.confusion_chart(["tulips"], ["daisy"], NAMES)
+    with pytest.raises(ValueError, match="contains 4"):
+        plots.confusion_chart([4], [0], NAMES)
+    with pytest.raises(ValueError, match="row_summary='precision'"):
+        plots.confusion_chart(TRUE, PRED, NAMES, row_summary="precision")
+
+
+def test_training_progress_lines(tmp_path):
+    info = make_info()
+    fig = plots.training_progress(info, smoothing=0.5)
+    acc, loss = fig.axes
+    raw, smooth, val = acc.lines[:3]
+    np.testing.assert_array_equal(raw.get_xdata(), info.iteration)
+    np.testing.assert_array_equal(raw.get_ydata(), info.accuracy)
+    np.testing.assert_array_equal(loss.lines[0].get_ydata(), info.loss)
+    # Bias-corrected moving average with weight 0.5 of 10, 10 + 85/11, ...
+    a = info.accuracy
+    np.testing.assert_allclose(smooth.get_ydata()[:2], [a[0], (0.25 * a[0] + 0.5 * a[1]) / 0.75])
+    np.testing.assert_array_equal(val.get_xdata(), [4, 8, 12])
+    np.testing.assert_array_equal(val.get_ydata(), [50.0, 80.0, 90.0])
+    np.testing.assert_array_equal(loss.lines[2].get_ydata(), [0.9, 0.5, 0.3])
+    epochs = [line.get_xdata()[0] for line in acc.lines if line.get_gid() == "epoch"]
+    assert epochs == [4.5, 8.5]
+    assert acc.get_title() == "Iteration 12, epoch 3, learn rate 0.01, validation accuracy 90.00%"
+    fig.savefig(tmp_path / "tp.png", dpi=40)
+    assert_png(tmp_path / "tp.png", fig, 40)
+
+
+def test_training_progress_into_given_axes_and_empty_info():
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2)
+    assert plots.training_progress({"iteration": [], "loss": None}, ax=axes) is fig
+    assert axes[0].get_title() == "Waiting for the first iteration"
+
+
+BENCH = {"device_kind": "NVIDIA H200", "results": [
+    {"model": "resnet50", "strategy": "shard_map", "scaling": "weak", "devices": 1,
+     "images_per_s": 100.0},
+    *({"model": "resnet50", "strategy": "shard_map", "scaling": "weak", "devices": 2,
+       "images_per_s": v} for v in (190.0, 210.0, 200.0)),  # repeats: the median counts
+    {"model": "resnet50", "strategy": "shard_map", "scaling": "weak", "devices": 4,
+     "images_per_s": 360.0},
+    *({"model": "cifar_net", "strategy": "pmap", "scaling": "strong", "devices": n,
+       "images_per_s": v} for n, v in ((8, 600.0), (2, 300.0), (4, 450.0))),
+]}
+
+
+def test_speedup_table_numbers():
+    rows = plots.speedup_table(BENCH)
+    assert rows == [
+        # no 1-device run: speedup counted from 2 devices, as 2 * ips_N / ips_2
+        dict(model="cifar_net", strategy="pmap", scaling="strong", devices=2,
+             images_per_s=300.0, speedup=2.0, efficiency=1.0),
+        dict(model="cifar_net", strategy="pmap", scaling="strong", devices=4,
+             images_per_s=450.0, speedup=3.0, efficiency=0.75),
+        dict(model="cifar_net", strategy="pmap", scaling="strong", devices=8,
+             images_per_s=600.0, speedup=4.0, efficiency=0.5),
+        dict(model="resnet50", strategy="shard_map", scaling="weak", devices=1,
+             images_per_s=100.0, speedup=1.0, efficiency=1.0),
+        dict(model="resnet50", strategy="shard_map", scaling="weak", devices=2,
+             images_per_s=200.0, speedup=2.0, efficiency=1.0),
+        dict(model="resnet50", strategy="shard_map", scaling="weak", devices=4,
+             images_per_s=360.0, speedup=3.6, efficiency=0.9),
+    ]
+    assert plots.speedup_table(BENCH["results"]) == rows
+    with pytest.raises(ValueError, match="lacks \\['scaling'\\]"):
+        plots.speedup_table([{"model": "m", "strategy": "s", "devices": 1,
+                              "images_per_s": 1.0}])
+
+
+def test_speedup_plot(tmp_path):
+    fig = plots.speedup(BENCH, path=tmp_path / "speedup.png")
+    assert_png(tmp_path / "speedup.png", fig, 120)
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.lines}
+    assert set(lines) == {"cifar_net, pmap (strong)", "resnet50, shard_map (weak)", "ideal"}
+    np.testing.assert_array_equal(lines["resnet50, shard_map (weak)"].get_ydata(), [1, 2, 3.6])
+    np.testing.assert_array_equal(lines["cifar_net, pmap (strong)"].get_xdata(), [2, 4, 8])
+    np.testing.assert_array_equal(lines["ideal"].get_xydata(), [[1, 1], [8, 8]])
+    assert list(ax.get_xticks()) == [1, 2, 4, 8]
+    assert all(float(t).is_integer() for t in ax.get_yticks())
+
+
+def test_import_is_light_and_charts_never_open_windows():
+    """Importing the package loads no pyplot, NVML or IPython; drawing outside Jupyter picks
+    Agg even where a display would let matplotlib choose an interactive backend."""
+    code = ("import sys, jaxflowers, jaxflowers.plots, jaxflowers.live, jaxflowers.monitor\n"
+            "heavy = [m for m in ('matplotlib.pyplot', 'pynvml', 'IPython') if m in sys.modules]\n"
+            "assert not heavy, heavy\n"
+            "jaxflowers.plots.confusion_chart([0, 1], [1, 1], ['a', 'b'])\n"
+            "import matplotlib\n"
+            "print(matplotlib.get_backend().lower())\n")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    env.update(DISPLAY=":99", PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "agg"
