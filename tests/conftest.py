@@ -3,8 +3,12 @@ import os
 import pathlib
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Tests compile many small programs and run each only a few steps: LLVM optimisation
+# level 0 halves XLA:CPU compile time (measured 47 s -> 23 s for the equivalence test's
+# ResNet) and changes no result beyond rounding.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_force_host_platform_device_count=4").strip()
+                           " --xla_force_host_platform_device_count=4"
+                           " --xla_backend_optimization_level=0").strip()
 os.environ["JAX_NUM_CPU_DEVICES"] = "4"
 
 import jax  # noqa: E402  (must come after the environment above)
