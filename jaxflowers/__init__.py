@@ -3,15 +3,50 @@
 MATLAB's Deep Learning Toolbox names map to these (see the README's table):
 ``trainingOptions`` -> ``TrainingOptions``, ``trainnet`` -> ``train``,
 ``minibatchpredict`` -> ``predict``, ``scores2label`` -> ``scores_to_labels``.
-"""
-from jaxflowers import data, models
-from jaxflowers.options import TrainingOptions, scale_for_devices
-from jaxflowers.predict import (Labels, accuracy, classify, confusion_matrix, predict,
-                                scores_to_labels)
-from jaxflowers.progress import TrainingInfo
-from jaxflowers.train import TrainedNet, train
 
-__all__ = ["Labels", "TrainedNet", "TrainingInfo", "TrainingOptions", "accuracy", "classify",
-           "confusion_matrix", "data", "models", "predict", "scale_for_devices",
-           "scores_to_labels", "train"]
+Names load on first use (PEP 562), so ``import jaxflowers`` stays cheap and a sweep's
+caller imports no JAX before its workers start.
+"""
+import importlib
+import sys
+import types
+
+_EXPORTS = {
+    "TrainingOptions": "jaxflowers.options", "scale_for_devices": "jaxflowers.options",
+    "Labels": "jaxflowers.predict", "accuracy": "jaxflowers.predict",
+    "classify": "jaxflowers.predict", "confusion_matrix": "jaxflowers.predict",
+    "predict": "jaxflowers.predict", "scores_to_labels": "jaxflowers.predict",
+    "TrainingInfo": "jaxflowers.progress", "TrainedNet": "jaxflowers.train",
+    "train": "jaxflowers.train",
+}
+_SUBMODULES = ("data", "models", "monitor", "plots", "recipes", "sweep")
+__all__ = sorted([*_EXPORTS, *_SUBMODULES])
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__
+
+
+class _Package(types.ModuleType):
+    """The package module, refusing one binding: the import system sets ``jaxflowers.train``
+    (and ``.predict``) to the submodule when it is first imported, which would hide the
+    function of the same name if that import happens before ``jf.train`` is first used."""
+
+    def __setattr__(self, name, value):
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -124,9 +124,10 @@ class _Run:
         done, t0, val_time = 0, time.perf_counter(), 0.0
         while done < self.total and not progress.stop_requested:
             limit = min(self._next_sync(done), self.total)
+            placed_limit = self._placed_limit(limit)
             while done < limit:
                 state, metrics = step_fn(state, r.images, r.labels, r.order, self.stats,
-                                         self.parallel.put(np.int32(limit)))
+                                         placed_limit)
                 pending.append((min(self.block, limit - done), metrics))
                 done += pending[-1][0]
                 if opts.output_fn is not None and len(pending) > 1:
@@ -144,6 +145,10 @@ class _Run:
         images = progress.iterations_done * opts.mini_batch_size
         return state, {"train_time": train_time, "validation_time": val_time,
                        "images_per_second": images / max(train_time - val_time, 1e-9)}
+
+    def _placed_limit(self, limit: int):
+        """The block's stop iteration on the devices; one small copy per sync interval."""
+        return self.parallel.put(np.int32(limit))
 
     def _next_sync(self, done: int) -> int:
         """The next iteration after ``done`` at which the host must look at results."""

@@ -1,0 +1,65 @@
+"""The progress channel from a job to its pool: ``report`` (MATLAB's ``send`` to a DataQueue).
+
+Inside a worker, messages are JSON lines written to a pipe that only carries progress (the
+job's own prints go to its log file). Outside a pool ``report`` does nothing, so a job
+function runs unchanged in a plain Python session.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any, Mapping
+
+ENV_FD = "JAXFLOWERS_SWEEP_REPORT_FD"
+# The one pipe of this worker process; set by ``connect`` in the worker, None elsewhere.
+_channel: dict[str, Any] = {"fd": None, "lock": threading.Lock()}
+
+
+def report(message: Mapping[str, Any]) -> None:
+    """Send a progress message from inside a job to the pool's ``after_each`` callbacks.
+
+    MATLAB: ``send(queue, data)`` on a ``parallel.pool.DataQueue``.
+
+    Args:
+      message: a dict with str keys and JSON-able values; numpy/JAX scalars and small
+        arrays are converted to numbers and lists.
+
+    Returns:
+      None. Outside a pool (no channel) this is a no-op.
+    """
+    fd = _channel["fd"]
+    if fd is None:
+        return
+    line = (encode_message(message) + "\n").encode()
+    with _channel["lock"]:  # one line at a time, even from several job threads
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view):]
+
+
+def encode_message(message: Mapping[str, Any]) -> str:
+    """``message`` as one JSON line; TypeError names what does not convert."""
+    if not isinstance(message, Mapping):
+        raise TypeError(f"report() takes a dict, not {type(message).__name__}")
+    return json.dumps(dict(message), default=_to_json, separators=(",", ":"))
+
+
+def _to_json(value: Any) -> Any:
+    if hasattr(value, "__array__") or hasattr(value, "item"):
+        import numpy as np
+
+        array = np.asarray(value)
+        if not array.dtype.hasobject:
+            return array.tolist()
+    raise TypeError(f"report(): {type(value).__name__} {value!r:.60} is not JSON-able")
+
+
+def connect(environ: dict[str, str] | None = None) -> bool:
+    """Open this worker's channel from ``$JAXFLOWERS_SWEEP_REPORT_FD`` (removed from the
+    environment so the job's own subprocesses do not inherit a dead number). Returns
+    whether a channel was found."""
+    environ = os.environ if environ is None else environ
+    fd = environ.pop(ENV_FD, None)
+    _channel["fd"] = int(fd) if fd else None
+    return _channel["fd"] is not None

@@ -1,0 +1,86 @@
+"""The pool's event thread: ``after_each`` callbacks, then the futures' completion.
+
+One thread, fed by a queue, runs every callback (so a plot never sees two updates at once)
+and completes each future only after the messages its job sent before ending, so a caller
+woken by ``fetch_outputs`` has seen every message of that job. A job that fails or is
+cancelled cannot say so itself; the pool sends its last message for it:
+``{"state": "failed", "error": first line}`` or ``{"state": "cancelled"}``.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any, Callable
+
+_log = logging.getLogger(__name__)
+
+
+class EventDispatcher:
+    """One thread that runs the ``after_each`` callbacks and then completes futures, so a
+    job's messages are all delivered before its future is done."""
+
+    def __init__(self):
+        self._items: queue.SimpleQueue = queue.SimpleQueue()
+        self._callbacks: list[Callable] = []
+        self._backlog: list[tuple[int, dict]] = []
+        self._thread = threading.Thread(target=self._run, name="sweep-events", daemon=True)
+        self._thread.start()
+
+    def add_callback(self, callback: Callable) -> None:
+        """Register ``callback(job_index, message)``; it first receives the backlog."""
+        self._items.put(("callback", callback))
+
+    def put(self, job_index: int, message: dict) -> None:
+        """Queue one message of job ``job_index`` for the callbacks."""
+        self._items.put(("message", (job_index, message)))
+
+    def finish(self, job, value: Any, error: BaseException | None, cancelled: bool) -> None:
+        """Complete ``job.future`` (after the messages queued before) with one outcome."""
+        self._items.put(("finish", (job, value, error, cancelled)))
+
+    def close(self) -> None:
+        """End the thread once everything queued before has run."""
+        self._items.put(("close", None))
+
+    def _run(self) -> None:
+        while True:
+            kind, item = self._items.get()
+            if kind == "close":
+                return
+            if kind == "callback":
+                self._callbacks.append(item)
+                backlog, self._backlog = self._backlog, []
+                for message in backlog:
+                    self._call(item, message)
+            elif kind == "message":
+                self._dispatch(item)
+            else:
+                self._complete(*item)
+
+    def _dispatch(self, item: tuple[int, dict]) -> None:
+        if not self._callbacks:
+            self._backlog.append(item)
+        for callback in list(self._callbacks):
+            self._call(callback, item)
+
+    @staticmethod
+    def _call(callback: Callable, item: tuple[int, dict]) -> None:
+        try:
+            callback(*item)
+        except Exception:  # noqa: BLE001 (a broken callback must not stop the sweep)
+            _log.exception("after_each callback %r failed on a message of job %d",
+                           callback, item[0])
+
+    def _complete(self, job, value: Any, error: BaseException | None, cancelled: bool) -> None:
+        """Tell the callbacks how a job ended badly (the job itself cannot), then complete
+        its future."""
+        future = job.future
+        if cancelled:
+            self._dispatch((job.index, {"state": "cancelled"}))
+            future._cancel_running()
+        elif error is not None:
+            self._dispatch((job.index, {"state": "failed", "error": str(error).split("\n")[0]}))
+            future.set_exception(error)
+        else:
+            future.set_result(value)

@@ -1,0 +1,88 @@
+"""Job functions for tests/test_sweep.py: workers import them by reference ("module:name"),
+so they live in an importable module of their own."""
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from jaxflowers.sweep import report
+
+
+def add(a, b):
+    """a + b, after reporting three messages numbered 0, 1, 2."""
+    for i in range(3):
+        report({"i": i, "value": np.float32(i / 2)})  # numpy scalars must travel too
+    return a + b
+
+
+def interval(seconds: float):
+    """(worker creation time, start time, end time) of a job that sleeps ``seconds``."""
+    import psutil
+
+    start = time.time()
+    time.sleep(seconds)
+    return psutil.Process().create_time(), start, time.time()
+
+
+def announce_and_sleep(seconds: float, with_child: bool = False):
+    """Report this worker's pid (and a grandchild's, if asked), then sleep."""
+    message = {"pid": os.getpid()}
+    if with_child:
+        message["child"] = subprocess.Popen([sys.executable, "-c", "import time; "
+                                             "time.sleep(120)"]).pid
+    report(message)
+    print("sleeping", flush=True)
+    time.sleep(seconds)
+    return seconds
+
+
+def environment():
+    """The environment variables a pool sets for its workers."""
+    names = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+             "XLA_PYTHON_CLIENT_PREALLOCATE", "NCCL_NVLS_ENABLE")
+    return {name: os.environ.get(name) for name in names}
+
+
+def arrays(x, *, scale):
+    """Facts about the array argument, and two arrays back as a tuple of outputs."""
+    facts = {"memmap": isinstance(x, np.memmap), "writeable": bool(x.flags.writeable),
+             "dtype": str(x.dtype), "shape": list(x.shape)}
+    return facts, (np.asarray(x) * scale).astype(x.dtype), np.arange(3, dtype=np.int16)
+
+
+def with_jax():
+    """Platform and a JAX array, to check JAX runs in a CPU worker and its arrays return."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.devices()[0].platform, jnp.arange(4.0) * 2
+
+
+def fail(kind: str):
+    """Fail in the way ``kind`` names, after a recognisable line in the log."""
+    print(f"about to fail: {kind}", flush=True)
+    if kind == "raise":
+        raise ValueError("the job raised on purpose")
+    if kind == "exit":
+        os._exit(3)
+    if kind == "segfault":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if kind == "oom-killed":  # what the kernel's OOM killer does
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "memory":  # an allocation beyond the address-space limit
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        used = _virtual_memory_bytes()
+        resource.setrlimit(resource.RLIMIT_AS, (used + (256 << 20), hard))
+        return bytearray(1 << 30)
+    raise AssertionError(f"unknown failure kind {kind!r}")
+
+
+def _virtual_memory_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")

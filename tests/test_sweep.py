@@ -1,0 +1,428 @@
+"""jaxflowers.sweep: the device pool, its futures, progress, cancellation and failures.
+
+Most tests run on both backends (local subprocesses and a local Ray instance started once
+per session). Every pool is torn down in a fixture that then checks no worker is left.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import jax
+import numpy as np
+import psutil
+import pytest
+
+import jaxflowers as jf
+import sweep_jobs
+from jaxflowers import sweep
+from jaxflowers.sweep import codec, devices
+from jaxflowers.sweep.local import LocalBackend
+
+pytestmark = pytest.mark.timeout(150)
+TESTS = pathlib.Path(__file__).resolve().parent
+REPO = TESTS.parent
+
+
+# ------------------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for the whole session (starting it takes ~10 s on 2 cores)."""
+    try:
+        import ray
+    except ImportError:
+        pytest.skip("ray is not installed (pip install 'jaxflowers[ray]')")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(params=["local", "ray"])
+def backend(request) -> str:
+    if request.param == "ray":
+        request.getfixturevalue("ray_cluster")
+    return request.param
+
+
+def _workers() -> list[psutil.Process]:
+    """Sweep worker processes (local or under Ray) that descend from this process."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if "jaxflowers.sweep.worker" in " ".join(proc.cmdline()) and _alive(proc.pid):
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _gone_within(pids, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(_alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture
+def make_pool(backend, tmp_path):
+    """Build pools on the parametrised backend; afterwards kill them and check that no
+    worker process (nor, locally, any other child) is left behind."""
+    pools, before = [], {p.pid for p in psutil.Process().children(recursive=True)}
+
+    def make(devices=2, **kwargs) -> sweep.DevicePool:
+        pool = sweep.DevicePool(devices, backend=backend, log_dir=tmp_path / "logs", **kwargs)
+        pools.append(pool)
+        return pool
+
+    try:
+        yield make
+    finally:
+        for pool in pools:
+            pool.terminate()
+            pool.shutdown(wait=True)
+        assert _gone_within([p.pid for p in _workers()], 3.0), "sweep workers left behind"
+        if backend == "local":
+            left = {p.pid for p in psutil.Process().children(recursive=True)} - before
+            assert _gone_within(left, 3.0), f"child processes left behind: {left}"
+
+
+def _collect(pool) -> tuple[list, threading.Lock]:
+    records, lock = [], threading.Lock()
+
+    def callback(job_index, message):
+        with lock:
+            records.append((job_index, message, threading.current_thread().name))
+
+    pool.after_each(callback)
+    return records, lock
+
+
+# ------------------------------------------------------------------------------ both backends
+
+def test_submit_queues_fifo_and_fetch_outputs_keeps_order(make_pool):
+    pool = make_pool(2)
+    assert pool.num_slots == 2
+    start = time.monotonic()
+    futures = [pool.submit(sweep_jobs.interval, 0.5) for _ in range(3)]
+    futures.append(pool.submit("sweep_jobs:interval", 0.5))  # a reference works too
+    assert time.monotonic() - start < 1.0, "submit must return at once (like parfeval)"
+    assert pool.num_jobs == 4 and all(isinstance(f, cf.Future) for f in futures)
+    assert {f.job_index for f in cf.as_completed(futures, timeout=120)} == {0, 1, 2, 3}
+    created, starts, ends = sweep.fetch_outputs(futures)  # one list per output
+    assert created[2] <= created[3], "queued jobs start in submission order"  # 10 ms ticks
+    for t in starts:  # at most two jobs (slots) run at any moment
+        assert sum(s <= t < e for s, e in zip(starts, ends)) <= 2
+    assert min(starts[2:]) >= min(ends[:2]), "queued jobs wait for a free slot"
+    assert sweep.fetch_outputs(futures, unpack=False)[0] == (created[0], starts[0], ends[0])
+
+
+def test_after_each_delivers_every_message_in_order_before_the_future_completes(make_pool):
+    pool = make_pool(2)
+    records, lock = _collect(pool)
+    futures = [pool.submit(sweep_jobs.add, i, 10) for i in range(3)]
+    assert sweep.fetch_outputs(futures) == [10, 11, 12]
+    with lock:
+        by_job = {j: [m["i"] for i, m, _ in records if i == j] for j in range(3)}
+        assert by_job == {j: [0, 1, 2] for j in range(3)}
+        assert all(m["value"] == m["i"] / 2 for _, m, _ in records)
+        assert {name for *_, name in records} == {"sweep-events"}  # a pool thread
+
+
+def test_messages_sent_before_after_each_are_kept(make_pool):
+    pool = make_pool(1)
+    assert pool.submit(sweep_jobs.add, 1, 2).result(timeout=120) == 3
+    records, lock = _collect(pool)
+    deadline = time.monotonic() + 5
+    while len(records) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [m["i"] for _, m, _ in records] == [0, 1, 2]
+
+
+def test_cancel_queued_and_running_jobs(make_pool):
+    pool = make_pool(1)
+    started, pids, states = threading.Event(), {}, []
+
+    @pool.after_each
+    def callback(job_index, message):
+        if "pid" in message:
+            pids.update(message)
+            started.set()
+        states.append((job_index, message.get("state")))
+
+    running = pool.submit(sweep_jobs.announce_and_sleep, 60, with_child=True)
+    queued = pool.submit(sweep_jobs.add, 1, 2)
+    dropped = pool.submit(sweep_jobs.add, 2, 2)
+    assert dropped.cancel() and dropped.cancelled() and not dropped.running()
+    assert started.wait(120) and running.running()
+    start = time.monotonic()
+    assert running.cancel(), "a running job must be cancellable (MATLAB cancel(F))"
+    assert running.cancelled() and running.done()
+    with pytest.raises(cf.CancelledError):
+        running.result(timeout=0)
+    assert _gone_within([pids["pid"], pids["child"]], 2.0), "job and its child outlive cancel"
+    assert time.monotonic() - start < 2.5
+    assert queued.result(timeout=120) == 3, "the freed slot runs the next queued job"
+    assert running.cancel() and not queued.cancel(), "cancel is idempotent; done is done"
+    assert cf.wait([running, queued, dropped], timeout=1).not_done == set()
+    assert (2, "cancelled") in states and (0, "cancelled") in states  # for the live plot
+
+
+def test_failures_fail_only_their_own_job(make_pool):
+    pool = make_pool(2)
+    records, lock = _collect(pool)
+    kinds = ["raise", "exit", "segfault", "oom-killed", "memory"]
+    futures = {kind: pool.submit(sweep_jobs.fail, kind) for kind in kinds}
+    late = pool.submit(sweep_jobs.announce_and_sleep, 60, timeout=1.0)
+    fine = pool.submit(sweep_jobs.add, 1, 1)
+    errors = {kind: f.exception(timeout=120) for kind, f in futures.items()}
+    for index, (kind, error) in enumerate(errors.items()):
+        assert isinstance(error, sweep.JobError) and error.job_index == index, kind
+        assert f"about to fail: {kind}" in error.log_tail, (kind, error.log_tail)
+        assert str(error).startswith(f"job {index} "), str(error)
+    assert errors["raise"].error_type == "ValueError" and "on purpose" in str(errors["raise"])
+    assert errors["exit"].exit_code == 3 and "code 3" in str(errors["exit"])
+    assert errors["segfault"].signal_name == "SIGSEGV"
+    assert errors["oom-killed"].signal_name == "SIGKILL" and "out of memory" in str(
+        errors["oom-killed"])
+    assert errors["memory"].error_type == "MemoryError"
+    timeout = late.exception(timeout=120)
+    assert isinstance(timeout, sweep.JobTimeoutError) and isinstance(timeout, TimeoutError)
+    assert "job 5 timed out" in str(timeout)
+    assert fine.result(timeout=120) == 2, "the pool stays usable"
+    with pytest.raises(sweep.JobError, match="^job 0 raised ValueError"):
+        sweep.fetch_outputs(list(futures.values()) + [fine])
+    with lock:
+        failed = {i: m["error"] for i, m, _ in records if m.get("state") == "failed"}
+    assert sorted(failed) == [0, 1, 2, 3, 4, 5] and failed[2].startswith("job 2 was killed")
+
+
+def test_arrays_travel_by_file_and_results_keep_types(make_pool):
+    pool = make_pool(2)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    facts, doubled, small = pool.submit(sweep_jobs.arrays, x, scale=2).result(timeout=120)
+    assert facts == {"memmap": True, "writeable": False, "dtype": "float32", "shape": [3, 4]}
+    assert doubled.dtype == np.float32 and np.array_equal(doubled, x * 2)
+    assert small.dtype == np.int16 and small.tolist() == [0, 1, 2]
+    platform, values = pool.submit(sweep_jobs.with_jax).result(timeout=120)
+    assert platform == "cpu" and isinstance(values, np.ndarray)
+    assert values.tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_shutdown_like_the_standard_executors(make_pool):
+    pool = make_pool(1)
+    running = pool.submit(sweep_jobs.interval, 0.5)
+    queued = pool.submit(sweep_jobs.add, 1, 2)
+    start = time.monotonic()
+    pool.shutdown(wait=False, cancel_futures=True)
+    assert time.monotonic() - start < 0.5
+    assert queued.cancelled()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(sweep_jobs.add, 1, 2)
+    pool.shutdown(wait=True)
+    assert running.done() and len(running.result()) == 3
+
+
+# ------------------------------------------------------------------------------ local only
+
+def test_submit_rejects_what_cannot_travel(tmp_path):
+    def local_function():
+        return 1
+
+    with sweep.DevicePool(1, log_dir=tmp_path) as pool:
+        with pytest.raises(TypeError, match="lambda"):
+            pool.submit(lambda: 1)
+        with pytest.raises(TypeError, match="local function"):
+            pool.submit(local_function)
+        with pytest.raises(TypeError, match=r"argument 'x' is a builtins.object"):
+            pool.submit(sweep_jobs.add, 1, x=object())
+        with pytest.raises(TypeError, match="dict keys"):
+            pool.submit(sweep_jobs.add, {1: 2}, 3)
+        with pytest.raises(TypeError, match="object array"):
+            pool.submit(sweep_jobs.add, np.array([None]), 3)
+        with pytest.raises(TypeError, match="module:function"):
+            pool.submit("no_colon_here")
+        assert pool.num_jobs == 0
+    with pytest.raises(ValueError, match="backend"):
+        sweep.DevicePool(1, backend="mpi")
+
+
+def test_gpu_slots_pack_jobs_with_a_memory_fraction(monkeypatch, tmp_path):
+    cpu_pool = sweep.DevicePool(1, log_dir=tmp_path / "cpu")
+    monkeypatch.setattr(LocalBackend, "gpus", lambda self: ["0", "1"])  # no GPU here
+    with sweep.DevicePool("all", jobs_per_device=2, log_dir=tmp_path) as gpu_pool, cpu_pool:
+        assert gpu_pool.num_slots == 4
+        cpu = cpu_pool.submit(sweep_jobs.environment)
+        envs = sweep.fetch_outputs([gpu_pool.submit(sweep_jobs.environment) for _ in range(4)])
+    assert sorted(e["CUDA_VISIBLE_DEVICES"] for e in envs) == ["0", "0", "1", "1"]
+    assert {e["XLA_PYTHON_CLIENT_MEM_FRACTION"] for e in envs} == {"0.45"}
+    assert {e["XLA_PYTHON_CLIENT_PREALLOCATE"] for e in envs} == {"false"}
+    assert {e["NCCL_NVLS_ENABLE"] for e in envs} == {"0"}
+    assert cpu.result() == {"CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu",
+                            "XLA_PYTHON_CLIENT_MEM_FRACTION": None,
+                            "XLA_PYTHON_CLIENT_PREALLOCATE": None, "NCCL_NVLS_ENABLE": "0"}
+
+
+def test_report_outside_a_pool_does_nothing():
+    assert sweep.report({"loss": np.float32(1.5)}) is None
+    assert sweep_jobs.add(1, 2) == 3
+
+
+PHYSICAL = [("0", "GPU-aaaa-1111"), ("1", "GPU-bbbb-2222")]
+
+
+@pytest.mark.parametrize("mask, expected", [
+    (None, ["0", "1"]), ("1", ["1"]), ("GPU-bbbb", ["GPU-bbbb"]), ("", []), ("-1", []),
+    ("0,7,1", ["0"])])
+def test_visible_gpus_follow_cuda_visible_devices(mask, expected):
+    environ = {} if mask is None else {"CUDA_VISIBLE_DEVICES": mask}
+    assert devices.visible_gpus(environ, PHYSICAL) == expected
+
+
+def test_make_slots():
+    assert [s.gpu for s in devices.make_slots("all", 2, ["0", "1"])] == ["0", "0", "1", "1"]
+    assert [s.gpu for s in devices.make_slots(3, 1, [])] == [None] * 3
+    assert len(devices.make_slots("all", 1, [])) == devices.default_cpu_slots()
+    assert [s.gpu for s in devices.make_slots([1], 1, ["0", "1"])] == ["1"]
+    assert [s.gpu for s in devices.make_slots(1, 1, ["0", "1"])] == ["0"]
+    for bad, kwargs in [(5, {}), (["7"], {}), ("some", {}), (1, {"jobs_per_device": 0})]:
+        with pytest.raises(ValueError):
+            devices.make_slots(bad, kwargs.get("jobs_per_device", 1), ["0", "1"])
+
+
+_CALLER = """
+import json, sys, time
+import jaxflowers.sweep as sweep
+import sweep_jobs
+import threading
+pool = sweep.DevicePool(1)
+started = threading.Event()
+pool.after_each(lambda i, m: (print(json.dumps(m), flush=True), started.set()))
+future = pool.submit(sweep_jobs.announce_and_sleep, 120, with_child=True)
+started.wait(60)
+if "{scenario}" != "exit":  # "exit" ends the script at once, without shutdown
+    time.sleep(120)
+"""
+
+
+def _start_caller(code: str, tmp_path: pathlib.Path) -> subprocess.Popen:
+    # TMPDIR: a caller killed by SIGKILL cannot remove its pool's scratch folder.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]),
+               TMPDIR=str(tmp_path))
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_no_worker_outlives_its_caller(tmp_path):
+    """SIGKILL (the worker notices stdin EOF), SIGINT, SIGTERM and a normal exit."""
+    scenarios = ("sigkill", "sigint", "sigterm", "exit")
+    callers = {s: _start_caller(_CALLER.format(scenario=s), tmp_path) for s in scenarios}
+    try:
+        pids = {s: json.loads(c.stdout.readline() or "{}") for s, c in callers.items()}
+        assert all(p.keys() == {"pid", "child"} for p in pids.values()), (
+            pids, {s: c.stderr.read() for s, c in callers.items() if not pids[s]})
+        for scenario, signum in [("sigkill", signal.SIGKILL), ("sigint", signal.SIGINT),
+                                 ("sigterm", signal.SIGTERM)]:
+            callers[scenario].send_signal(signum)
+        for scenario, caller in callers.items():
+            caller.wait(timeout=20)
+            assert _gone_within(pids[scenario].values(), 5.0), f"worker outlived {scenario}"
+    finally:
+        for caller in callers.values():
+            caller.kill()
+            caller.wait()
+            caller.stdout.close()
+            caller.stderr.close()
+
+
+def test_the_caller_never_imports_jax(tmp_path):
+    code = """
+    import sys
+    import jaxflowers.sweep as sweep
+    import sweep_jobs
+    with sweep.DevicePool(1) as pool:
+        assert pool.submit(sweep_jobs.add, 1, 2).result() == 3
+    assert "jax" not in sys.modules, "the pool's caller imported JAX"
+    print("ok")
+    """
+    caller = _start_caller(code, tmp_path)
+    try:
+        out, err = caller.communicate(timeout=120)
+    finally:
+        caller.kill()
+    assert caller.returncode == 0 and out.strip() == "ok", err[-2000:]
+
+
+def test_jaxflowers_objects_travel_and_only_they_are_rebuilt(tmp_path):
+    images = np.zeros((4, 8, 8, 3), np.uint8)
+    validation = jf.data.ImageSet(images, np.array([0, 1, 0, 1]), ("a", "b"))
+    options = jf.TrainingOptions(max_epochs=2, validation_data=validation,
+                                 augmentation=jf.data.Augmentation(reflect_x=True))
+    model = jf.models.resnet18(num_classes=2, dtype=jax.numpy.bfloat16)
+    variables = {"w": jax.numpy.ones(3, jax.numpy.bfloat16)}
+    arrays = {}
+    tree = codec.encode_tree((options, model, variables), arrays, what="test")
+    codec.write_arguments(tmp_path, {"args": [tree], "kwargs": {}}, arrays)
+    back_options, back_model, back_variables = codec.rebuild_tagged(
+        codec.read_arguments(tmp_path))["args"][0]
+    assert back_options.max_epochs == 2 and back_options.augmentation == options.augmentation
+    assert np.array_equal(back_options.validation_data.images, images)
+    assert back_model.stage_sizes == model.stage_sizes and back_model.block_cls is \
+        jf.models.BasicBlock and jax.numpy.dtype(back_model.dtype).name == "bfloat16"
+    assert back_variables["w"].dtype.name == "bfloat16"
+    with pytest.raises(TypeError, match="output_fn"):
+        codec.encode_tree(options.replace(output_fn=print), {}, what="test")
+    forged = codec.Tagged("dataclass", {"class": "subprocess:Popen", "fields": {}})
+    with pytest.raises(ValueError, match="refusing"):
+        codec.rebuild_tagged(forged)
+
+
+@pytest.mark.slow
+def test_train_job_end_to_end(tmp_path):
+    """The sweep's user path: train_job in a worker, progress to after_each, (net, info) back."""
+    options = {"max_epochs": 3, "mini_batch_size": 128, "steps_per_dispatch": 1,
+               "validation_frequency": 100, "verbose": False, "solver": "adam",
+               "initial_learn_rate": 0.01}
+    with sweep.DevicePool(1, log_dir=tmp_path) as pool:
+        records, lock = _collect(pool)
+        futures = [pool.submit(sweep.train_job, data={"train": "digits", "validation": 0.2},
+                               model=("cifar_net", {"depth": 1}), options=options, seed=0)]
+        nets, infos = sweep.fetch_outputs(futures)
+    (net,), (info,) = nets, infos
+    assert isinstance(net, jf.TrainedNet) and isinstance(info, jf.TrainingInfo)
+    messages = [m for _, m, _ in records]
+    assert messages[0]["state"] == "start" and messages[-1]["state"] == "done"
+    iterations = [m for m in messages if m["state"] == "iteration"]
+    assert [m["iteration"] for m in iterations] == info.iteration.tolist()
+    assert {"iteration", "epoch", "loss", "accuracy", "learn_rate"} <= iterations[0].keys()
+    np.testing.assert_allclose([m["loss"] for m in iterations], info.loss, rtol=1e-6)
+    assert [m["validation_accuracy"] for m in messages if "validation_accuracy" in m] == \
+        pytest.approx(info.validation_accuracy.tolist())
+    # The weights came back intact: predicting the held-out digits here gives the accuracy
+    # the worker measured (up to one image of 360, for float-order differences).
+    _, held_out = jf.data.digits().split_each_label(0.8, seed=0)
+    predicted = np.argmax(jf.predict(net, held_out), axis=1)
+    accuracy = 100 * np.mean(predicted == held_out.labels)
+    assert accuracy == pytest.approx(info.final_validation_accuracy, abs=0.3)
+    assert info.final_validation_accuracy > 20, "chance is 10 %"
