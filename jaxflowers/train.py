@@ -125,7 +125,7 @@ class _Run:
         while done < self.total and not progress.stop_requested:
             limit = min(self._next_sync(done), self.total)
             placed_limit = self._placed_limit(limit)
-            while done < limit:
+            while done < limit and not progress.stop_requested:
                 state, metrics = step_fn(state, r.images, r.labels, r.order, self.stats,
                                          placed_limit)
                 pending.append((min(self.block, limit - done), metrics))

@@ -1,0 +1,107 @@
+"""The training loop through the public API: epochs, validation, the table, output_fn, errors."""
+import io
+import contextlib
+
+import numpy as np
+import pytest
+
+import jaxflowers as jf
+
+
+@pytest.fixture(scope="module")
+def small(digits):
+    rng = np.random.default_rng(0)
+    keep = rng.permutation(len(digits))[:130]
+    return digits.subset(keep[:100]), digits.subset(keep[100:])
+
+
+@pytest.fixture(scope="module")
+def run(small):
+    train, val = small
+    messages = []
+    opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=0.05, mini_batch_size=16,
+                              max_epochs=2, validation_data=val, validation_frequency=5,
+                              verbose_frequency=4, shuffle="every-epoch",
+                              output_fn=messages.append)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        net, info = jf.train(train, jf.models.cifar_net(1), opts)
+    return net, info, messages, out.getvalue()
+
+
+def test_epochs_drop_the_last_partial_batch(run):
+    _, info, _, _ = run
+    # 100 images, batch 16: 6 whole batches per epoch (4 images dropped), 2 epochs.
+    np.testing.assert_array_equal(info.iteration, np.arange(1, 13))
+    np.testing.assert_array_equal(info.epoch, [1] * 6 + [2] * 6)
+    assert info.loss.shape == info.accuracy.shape == info.learn_rate.shape == (12,)
+    assert np.all(np.isfinite(info.loss)) and np.all((0 <= info.accuracy) & (info.accuracy <= 100))
+    np.testing.assert_allclose(info.learn_rate, 0.05)
+
+
+def test_validation_every_frequency_and_at_the_end(run):
+    net, info, _, _ = run
+    np.testing.assert_array_equal(info.validation_iteration, [5, 10, 12])
+    assert info.final_validation_accuracy == info.validation_accuracy[-1]
+    assert info.final_validation_loss == pytest.approx(info.validation_loss[-1])
+    assert info.compile_time > 0 and info.train_time > 0 and info.images_per_second > 0
+    assert info.num_devices == 4 and not info.stopped_early
+    assert net.class_names == tuple(str(d) for d in range(10))
+    assert net.input_shape == (32, 32, 3)
+
+
+def test_final_validation_matches_predict(run, small):
+    net, info, _, _ = run
+    _, val = small
+    labels = jf.scores_to_labels(jf.predict(net, val), net.class_names)
+    assert 100 * jf.accuracy(labels, val.labels) == pytest.approx(info.final_validation_accuracy)
+
+
+def test_verbose_table_rows(run):
+    *_, out = run
+    rows = [line for line in out.splitlines() if line.startswith("|") and line[2:9].strip().isdigit()]
+    iterations = [int(r.split("|")[2]) for r in rows]
+    assert iterations == [1, 4, 5, 8, 10, 12]  # first, every 4th, validations, last
+    assert "Training on 4 x cpu" in out and "Mini-batch" in out and "Base Learning" in out
+    assert rows[-1].count("%") == 2  # the last row carries a validation accuracy
+
+
+def test_output_fn_sees_every_iteration_in_order(run):
+    _, info, messages, _ = run
+    iterations = [m["iteration"] for m in messages if m["state"] == "iteration"]
+    assert iterations == list(range(1, 13))
+    assert messages[0]["state"] == "start" and messages[-1]["state"] == "done"
+    val = [m for m in messages if m["state"] == "validation"]
+    assert [m["iteration"] for m in val] == [5, 10, 12]
+    assert val[-1]["validation_accuracy"] == pytest.approx(info.final_validation_accuracy)
+    first = next(m for m in messages if m["state"] == "iteration")
+    assert first["loss"] == pytest.approx(info.loss[0]) and first["epoch"] == 1
+
+
+def test_output_fn_returning_true_stops_training(small):
+    train, _ = small
+    opts = jf.TrainingOptions(mini_batch_size=16, max_epochs=3, verbose=False,
+                              output_fn=lambda m: m.get("iteration", 0) >= 3)
+    _, info = jf.train(train, jf.models.cifar_net(1), opts)
+    # output_fn sees iteration 3 once the block after it is queued: at most one more runs.
+    assert info.stopped_early and len(info.loss) in (3, 4, 5)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(mini_batch_size=18), "mini_batch_size=18 is not divisible by 4 devices"),
+    (dict(mini_batch_size=128), "mini_batch_size=128 is larger than the 100 training images"),
+    (dict(num_devices=9), "num_devices=9 is outside 1..4"),
+    (dict(execution_environment="multi-gpu"), 'execution_environment="multi-gpu" needs a GPU'),
+])
+def test_bad_training_setups_fail_before_compiling(small, kwargs, message):
+    train, _ = small
+    with pytest.raises((ValueError, RuntimeError), match=message):
+        jf.train(train, jf.models.cifar_net(1), jf.TrainingOptions(verbose=False, **kwargs))
+
+
+def test_validation_data_of_another_size_is_refused(small, digits):
+    train, _ = small
+    other = jf.data.ImageSet(np.zeros((4, 16, 16, 3), np.uint8), np.zeros(4, int), digits.class_names)
+    with pytest.raises(ValueError, match=r"validation_data images are \(16, 16, 3\)"):
+        jf.train(train, jf.models.cifar_net(1),
+                 jf.TrainingOptions(mini_batch_size=16, validation_data=other, verbose=False))
