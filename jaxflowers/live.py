@@ -169,9 +169,10 @@ class SweepProgressPlot(_LivePlot):
         """Record one progress message of job ``job_index`` (0-based).
 
         Args:
-          message: dict with ``state`` ("iteration", "done", "failed" or "cancelled") and,
-            for iterations, ``iteration`` (int), ``accuracy`` (float, %), optionally
-            ``validation_accuracy`` (float, %), ``epoch``, ``loss``. Other keys are ignored.
+          message: dict with ``state`` ("start", "iteration", "validation", "done", "failed"
+            or "cancelled"); iterations carry ``iteration`` (int) and ``accuracy`` (float,
+            %), validations ``iteration`` and ``validation_accuracy`` (float, %). Other keys
+            are ignored.
         """
         state = message.get("state", "iteration")
         with self._lock:
@@ -182,15 +183,16 @@ class SweepProgressPlot(_LivePlot):
                 self._warned = True
                 return
             job = self.jobs[job_index]
-            if "iteration" in message:
+            if state == "iteration" and "iteration" in message:
                 job.iteration.append(message["iteration"])
                 job.accuracy.append(message.get("accuracy", np.nan))
-                val = message.get("validation_accuracy")
-                if val is not None and np.isfinite(val):
-                    job.validation_iteration.append(message["iteration"])
-                    job.validation_accuracy.append(val)
-            job.state = "running" if state == "iteration" else str(state)
-        self._changed(force=state != "iteration")  # always show a job's end at once
+            val = message.get("validation_accuracy")
+            if "iteration" in message and val is not None and np.isfinite(val):
+                job.validation_iteration.append(message["iteration"])
+                job.validation_accuracy.append(val)
+            # "start", "iteration" and "validation" all mean the job is running.
+            job.state = state if state in _STATE_COLORS else "running"
+        self._changed(force=state in _STATE_COLORS)  # always show a job's end at once
 
     def _draw(self, fig) -> None:
         rows = math.ceil(self.num_jobs / self.ncols)

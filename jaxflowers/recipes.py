@@ -55,14 +55,15 @@ def flowers_options(num_devices: int, num_train: int, *, validation_data=None,
     return scaled.replace(validation_frequency=max(1, num_train // scaled.mini_batch_size))
 
 
-def sweep_options(num_train: int, *, max_epochs: int = 30, **overrides) -> TrainingOptions:
+def sweep_options(num_train: int, *, max_epochs: int = 30, mini_batch_size: int = 128,
+                  **overrides) -> TrainingOptions:
     """The parfeval example: SGDM, LR 0.1*128/256, L2 1e-10, mini-batch 128, +-4 px
     translation and reflection, validation once per epoch."""
     return TrainingOptions(
         solver="sgdm", initial_learn_rate=0.1 * 128 / 256, momentum=0.9, l2_regularization=1e-10,
-        mini_batch_size=128, max_epochs=max_epochs, shuffle="every-epoch",
+        mini_batch_size=mini_batch_size, max_epochs=max_epochs, shuffle="every-epoch",
         augmentation=Augmentation(reflect_x=True, translate_x=(-4, 4), translate_y=(-4, 4)),
-        validation_frequency=max(1, num_train // 128), **overrides)
+        validation_frequency=max(1, num_train // mini_batch_size), **overrides)
 
 
 def digits_options(*, validation_data=None, max_epochs: int = 10, mini_batch_size: int = 128,

@@ -170,3 +170,21 @@ def test_sweep_progress_registers_with_the_pool(pool, kwargs, jobs):
 def test_sweep_progress_needs_a_job_count():
     with pytest.raises(ValueError, match="num_jobs"):
         live.sweep_progress(FakePool())
+
+
+def test_sweep_plot_reads_the_trainers_message_states():
+    from jaxflowers.live import SweepProgressPlot
+
+    plot = SweepProgressPlot(1)
+    plot.update(0, {"state": "start"})
+    assert plot.jobs[0].state == "running"
+    plot.update(0, {"state": "iteration", "iteration": 1, "accuracy": 50.0})
+    plot.update(0, {"state": "validation", "iteration": 1, "accuracy": 50.0,
+                    "validation_accuracy": 40.0})
+    assert plot.jobs[0].state == "running"
+    plot.update(0, {"state": "done", "iteration": 1, "accuracy": 50.0})
+    job = plot.jobs[0]
+    assert job.iteration == [1] and job.accuracy == [50.0]  # one training point only
+    assert job.validation_iteration == [1] and job.validation_accuracy == [40.0]
+    assert job.state == "done"
+    plot.close()

@@ -1,0 +1,170 @@
+"""jaxflowers.sweep.example: MATLAB's parfeval example end to end, through the CLI.
+
+The end-to-end runs train two small networks in two worker processes on the CPU; the
+fast tests check the data plans, the table, the choice of the best network and that the
+caller imports no JAX before its jobs start.
+"""
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+from PIL import Image
+
+from jaxflowers.sweep import example
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _env(**extra) -> dict:
+    """The CLI's environment: CPU only, no display, and the package importable.
+
+    Each job trains on one CPU device (conftest's four fake devices are dropped: two jobs
+    share two cores already). LLVM -O0 stays: it takes a job's compile from 10 s to 5 s and
+    its 22 steps from 5 s to 8 s.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+    path = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return dict(env, JAX_PLATFORMS="cpu", MPLBACKEND="Agg", PYTHONPATH=path,
+                XLA_FLAGS="--xla_backend_optimization_level=0", **extra)
+
+
+def _sweep_cli(args: list[str], cwd: pathlib.Path, timeout: float = 300, **env):
+    return subprocess.run([sys.executable, "-m", "jaxflowers", "sweep", *args], cwd=cwd,
+                          env=_env(**env), capture_output=True, text=True, timeout=timeout)
+
+
+def _check_outputs(out: str, depths: list[int], folder: pathlib.Path) -> dict[int, float]:
+    """Assert what every sweep prints and saves; returns depth -> final validation %."""
+    for job, depth in enumerate(depths):  # the live table: a row per job and validation
+        rows = re.findall(rf"^\s+{job}\s+{depth}\s+(\d+)\s+\d+\s+[\d.]+%\s+[\d.]+%$", out, re.M)
+        assert rows and rows[0] == "1", out
+    final = {int(d): float(a) for d, a in
+             re.findall(r"^  job \d+ \(depth (\d+)\): ([\d.]+)%$", out, re.M)}
+    assert sorted(final) == sorted(depths), out
+    best = int(re.search(r"^Best network: depth (\d+)", out, re.M).group(1))
+    assert final[best] == max(final.values())
+    test = float(re.search(r"^Test accuracy of depth (\d+): ([\d.]+)%", out, re.M).group(2))
+    assert 0.0 <= test <= 100.0
+    for name in ("confusion_best.png", "sweep_progress.png"):
+        with Image.open(folder / name) as image:
+            image.verify()  # a complete, valid PNG
+            assert image.format == "PNG" and min(image.size) > 200
+    return final
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_cli_sweep_on_digits_trains_both_depths_and_tests_the_best(tmp_path):
+    result = _sweep_cli(["--depths", "1", "2", "--data", "digits", "--epochs", "2",
+                         "--out", "tmp", "--option", "steps_per_dispatch=1"], tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    final = _check_outputs(result.stdout, [1, 2], tmp_path / "tmp")
+    for job in (0, 1):  # two epochs, each validated once: epoch 2 is the last row
+        assert re.search(rf"^\s+{job}\s+{job + 1}\s+2\s+22\s", result.stdout, re.M)
+    logs = sorted((tmp_path / "tmp" / "sweep-logs").glob("job-*.log"))
+    assert len(logs) == 2 and "Training on 1 x cpu" in logs[0].read_text()
+    assert all(0 <= a <= 100 for a in final.values())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_cli_sweep_on_real_photos_in_train_and_test_folders(tmp_path, shared_data):
+    """Real CIFAR-10 JPEGs in train/ and test/ class folders: 10% of train/ validates and
+    test/ tests, as with CIFAR-10. A linked subset (60 + 20 per class) keeps it short."""
+    photos = tmp_path / "photos"
+    for part, count in (("train", 60), ("test", 20)):
+        for folder in sorted((shared_data / "cifar10-small" / part).iterdir()):
+            (photos / part / folder.name).mkdir(parents=True)
+            for file in sorted(folder.glob("*.jpg"))[:count]:
+                (photos / part / folder.name / file.name).symlink_to(file)
+    result = _sweep_cli(["--depths", "1", "--data", str(photos), "--epochs", "2",
+                         "--out", "out"], tmp_path, JAXFLOWERS_CACHE_DIR=str(tmp_path / "cache"))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    _check_outputs(result.stdout, [1], tmp_path / "out")
+    assert re.search(r"^Test accuracy of depth 1: [\d.]+% \(200 images\)$", result.stdout, re.M)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_cli_sweep_reports_failed_jobs_and_exits_1_when_none_is_left(tmp_path):
+    # A mini-batch larger than the training set fails in every worker, before compiling.
+    result = _sweep_cli(["--depths", "1", "2", "--data", "digits", "--epochs", "1",
+                         "--option", "mini_batch_size=4096", "--out", "out"], tmp_path)
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr[-3000:]
+    for job in (0, 1):
+        assert re.search(rf"^\s+{job}\s+{job + 1} failed: job {job} raised", out, re.M), out
+        assert re.search(rf"^  job {job} \(depth {job + 1}\): job {job} raised \w+", out, re.M)
+    assert "No job finished with a validation accuracy" in out
+    assert (tmp_path / "out" / "sweep_progress.png").is_file()
+    assert not (tmp_path / "out" / "confusion_best.png").exists()
+
+
+def test_cli_sweep_without_prepared_cifar10_says_what_to_use_instead(tmp_path):
+    result = _sweep_cli(["--depths", "1"], tmp_path, timeout=120,
+                        TFDS_DATA_DIR=str(tmp_path / "tfds"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "not prepared" in result.stderr and "--data digits" in result.stderr
+    assert not (tmp_path / "sweep-logs").exists()  # failed before any job started
+
+
+def test_the_caller_imports_no_jax_before_its_jobs_start(tmp_path):
+    code = ("import sys\nfrom jaxflowers.__main__ import main\n"
+            "from jaxflowers.sweep import DevicePool\nfrom jaxflowers.sweep import example\n"
+            "plan = example.data_plan('digits')\n"
+            "with DevicePool(1, log_dir='logs') as pool:\n"
+            "    example._watch(pool, (1,), sys.stdout)\n"
+            "    pool.submit(example.depth_job, data=plan, depth=1).cancel()\n"
+            "assert 'jax' not in sys.modules, 'jax imported'\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_data_plans_pass_data_by_reference(tmp_path, shared_data):
+    assert example.data_plan("digits", seed=3) == {"source": "digits", "fractions": [0.8, 0.1],
+                                                   "seed": 3}
+    photos = shared_data / "cifar10-small"
+    plan = example.data_plan(str(photos))
+    assert plan["train"] == {"folder": str(photos / "train"), "image_size": [32, 32]}
+    assert plan["test"]["folder"] == str(photos / "test") and plan["validation"] == 0.1
+    flat = example.data_plan(str(photos / "train"))
+    assert flat["source"]["folder"] == str(photos / "train")
+    with pytest.raises(example.DataUnavailableError, match="neither"):
+        example.data_plan(str(tmp_path / "missing"))
+
+
+def test_load_sets_splits_digits_three_ways_and_deterministically():
+    plan = example.data_plan("digits", seed=1)
+    train, validation, test = example.load_sets(plan)
+    assert (len(train), len(validation), len(test)) == (1438, 179, 180)
+    again = example.load_sets(plan)[2]
+    assert (again.images == test.images).all() and set(test.labels) == set(range(10))
+
+
+def test_progress_table_prints_validations_and_failures_only():
+    stream = io.StringIO()
+    table = example.ProgressTable((1, 3), stream)
+    table(0, {"state": "iteration", "iteration": 5, "epoch": 1, "accuracy": 40.0})
+    table(1, {"state": "validation", "iteration": 11, "epoch": 1, "accuracy": 38.28125,
+              "validation_accuracy": 23.456})
+    table(0, {"state": "failed", "error": "job 0 raised ValueError: bad"})
+    table(1, {"state": "cancelled"})
+    lines = stream.getvalue().splitlines()
+    assert lines[0].split() == ["1", "3", "1", "11", "38.28%", "23.46%"]
+    assert lines[1].split()[:3] == ["0", "1", "failed:"] and lines[2].split() == [
+        "1", "3", "cancelled"]
+
+
+def test_the_best_network_skips_failed_and_cancelled_jobs():
+    stream = io.StringIO()
+    best = example._report((1, 2, 3), (None, 71.5, None), ("job 0 raised X", None, "cancelled"),
+                           stream)
+    assert best == 1 and "job 2 (depth 3): cancelled" in stream.getvalue()
+    assert example._report((1,), (None,), ("cancelled",), io.StringIO()) is None
