@@ -41,3 +41,19 @@ def digits():
     import jaxflowers as jf
 
     return jf.data.digits()
+
+
+@pytest.fixture
+def count_decodes(monkeypatch):
+    """Counts calls of the decode function that the resize cache build uses."""
+    from jaxflowers.data import cache as cache_lib
+
+    calls = []
+    real = cache_lib.decode_image
+
+    def counting(data, image_size):
+        calls.append(1)
+        return real(data, image_size)
+
+    monkeypatch.setattr(cache_lib, "decode_image", counting)
+    return calls

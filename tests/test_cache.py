@@ -38,19 +38,6 @@ def _snapshot(root):
     return out
 
 
-@pytest.fixture
-def count_decodes(monkeypatch):
-    calls = []
-    real = cache_lib.decode_image
-
-    def counting(data, image_size):
-        calls.append(1)
-        return real(data, image_size)
-
-    monkeypatch.setattr(cache_lib, "decode_image", counting)
-    return calls
-
-
 def test_second_run_decodes_nothing_and_the_source_is_untouched(tmp_path, count_decodes):
     root = _folder(tmp_path / "r")
     before = _snapshot(root)

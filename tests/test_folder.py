@@ -31,20 +31,6 @@ def _jpeg_bytes(seed=0, size=64):
     return buf.getvalue()
 
 
-@pytest.fixture
-def count_decodes(monkeypatch):
-    """Counts calls of the decode function that the cache build uses."""
-    calls = []
-    real = cache_lib.decode_image
-
-    def counting(data, image_size):
-        calls.append(1)
-        return real(data, image_size)
-
-    monkeypatch.setattr(cache_lib, "decode_image", counting)
-    return calls
-
-
 def test_labels_from_sorted_class_folders_found_recursively(tmp_path):
     for rel in ("zebra/1.png", "zebra/deep/er/2.png", "ant/3.png", "ant/4.png", "ant/x/5.png"):
         _save(tmp_path / "root" / rel)
