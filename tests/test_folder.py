@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxflowers.data import cache as cache_lib
 from jaxflowers.data import folder as folder_lib
 from jaxflowers.data.folder import ImageFolder
 from jaxflowers.data.imageset import ImageSet

@@ -1,6 +1,4 @@
 """Prediction: exact over ragged sample counts on 4 devices; accuracy and confusion by hand."""
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
