@@ -14,6 +14,7 @@ ENVIRONMENTS = ("auto", "cpu", "gpu", "multi-gpu")
 PLOTS = ("none", "training-progress")
 PRECISIONS = ("auto", "float32", "bfloat16")
 STRATEGIES = ("shard_map", "pmap")
+PLACEMENTS = ("auto", "resident", "stream")
 # MATLAB's default InitialLearnRate per solver.
 DEFAULT_LEARN_RATE = {"sgdm": 0.01, "adam": 0.001}
 
@@ -55,6 +56,7 @@ class TrainingOptions:
     strategy: str = "shard_map"  # "shard_map" or "pmap"
     steps_per_dispatch: int | None = None  # steps per compiled call; None picks by image size
     checkpoint_path: str | None = None  # orbax checkpoint folder written at each epoch end
+    data_placement: str = "auto"  # "resident" on every device, "stream" from host; "auto": by size
 
     def __post_init__(self):
         _check_choice(self, "solver", SOLVERS)
@@ -64,6 +66,7 @@ class TrainingOptions:
         _check_choice(self, "plots", PLOTS)
         _check_choice(self, "precision", PRECISIONS)
         _check_choice(self, "strategy", STRATEGIES)
+        _check_choice(self, "data_placement", PLACEMENTS)
         for name in ("mini_batch_size", "max_epochs", "learn_rate_drop_period",
                      "validation_frequency", "verbose_frequency"):
             _check_int(self, name, minimum=1)

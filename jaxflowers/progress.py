@@ -38,6 +38,7 @@ class TrainingInfo:
     validation_time: float = 0.0  # seconds of that spent validating
     images_per_second: float = 0.0  # training images per second, validation excluded
     num_devices: int = 1
+    data_placement: str = "resident"  # "resident" (copied to the devices) or "stream"
     stopped_early: bool = False  # output_fn asked to stop
 
     @property

@@ -142,6 +142,22 @@ def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: 
     return lax.scan(body, state, None, length=length)
 
 
+def train_streamed(state: TrainState, images, labels, stats, *,
+                   cfg: StepConfig) -> tuple[TrainState, dict]:
+    """One iteration on a batch streamed from the host (the streamed feed's block).
+
+    Args:
+      state: replicated ``TrainState``.
+      images: (b, H, W, C) uint8, this device's rows of the global batch.
+      labels: (b,) int32.
+      stats: per-channel (mean, std), float32 (C,) each.
+
+    Returns:
+      The new state and metrics of shape (1,), as ``train_block`` with ``length=1``.
+    """
+    return _single(lambda s: train_step(s, images, labels, stats, cfg), state)
+
+
 def _single(one: Callable, state: TrainState):
     state, metrics = one(state)
     return state, jax.tree.map(lambda m: m[None], metrics)

@@ -1,8 +1,9 @@
 """``train``: MATLAB's ``trainnet`` on every local device, returning ``(net, info)``.
 
-The loop dispatches blocks of iterations (``step.train_block``), keeps metrics on the
-device, and synchronises with the host only where something is due: a table row, a
-validation, an ``output_fn`` call, the end.
+The loop dispatches blocks of iterations (``step.train_block`` on a resident set,
+``step.train_streamed`` on one streamed from the host), keeps metrics on the device, and
+synchronises with the host only where something is due: a table row, a validation, an
+``output_fn`` call, the end.
 """
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxflowers.data.loader import ResidentData, channel_stats
+from jaxflowers.data.loader import ResidentData, channel_stats, choose_placement
 from jaxflowers.optim import learn_rate_schedule, make_optimizer
 from jaxflowers.options import TrainingOptions
-from jaxflowers.parallel import AXIS, REPLICATED, DataParallel, select_devices, sharded
+from jaxflowers.parallel import AXIS, DataParallel, select_devices
 from jaxflowers.predict import Predictor
 from jaxflowers.progress import Progress, TrainingInfo
-from jaxflowers.step import StepConfig, TrainState, init_state, train_block
+from jaxflowers.step import StepConfig, TrainState, init_state, train_block, train_streamed
 
 __all__ = ["TrainedNet", "TrainingInfo", "train"]
 
@@ -54,7 +55,8 @@ def train(data, model, options: TrainingOptions) -> tuple[TrainedNet, TrainingIn
 
     Args:
       data: an image set: uint8 ``images`` (N, H, W, C), int ``labels`` (N,),
-        ``class_names``. It is copied once to every device.
+        ``class_names``. It is copied once to every device, or streamed from the host
+        when ``options.data_placement`` says so (or, on "auto", when it is too large).
       model: a flax module mapping (B, H, W, C) to (B, num_classes) logits; modules with
         ``dtype`` / ``bn_axis_name`` fields get the compute precision and, with
         ``sync_batch_norm``, the mesh axis.
@@ -79,10 +81,10 @@ class _Run:
         self.options, self.parallel, self.data = options, parallel, data
         self.dtype = _compute_dtype(options.precision, parallel.devices)
         self.model = _configure(model, self.dtype, None)
-        self.resident = ResidentData.place(
-            parallel, data, mini_batch_size=options.mini_batch_size,
-            num_epochs=options.max_epochs, shuffle=options.shuffle, seed=options.seed)
-        self.steps_per_epoch = self.resident.steps_per_epoch
+        self.placement = choose_placement(options.data_placement, data, parallel.devices)
+        self.streamed = self.placement.kind == "stream"
+        self.feed = self._place_data(data)
+        self.steps_per_epoch = self.feed.steps_per_epoch
         self.total = self.steps_per_epoch * options.max_epochs
         self.normalization = channel_stats(data.images)
         self.stats = parallel.put(self.normalization)
@@ -94,7 +96,9 @@ class _Run:
             schedule=learn_rate_schedule(options, self.steps_per_epoch),
             augmentation=options.augmentation, dtype=self.dtype,
             sync_batch_norm=options.sync_batch_norm)
-        self.block = _block_length(options, self.input_shape, parallel.devices[0].platform)
+        # A streamed batch arrives per iteration, so a dispatch runs one.
+        self.block = 1 if self.streamed else _block_length(options, self.input_shape,
+                                                           parallel.devices[0].platform)
         self.validation = self._place_validation(options.validation_data)
 
     def execute(self) -> tuple[TrainedNet, TrainingInfo]:
@@ -102,32 +106,43 @@ class _Run:
         # Initialised unmapped, so with the per-device batch norm of `self.model`.
         state = self.parallel.put(init_state(self.model, self.cfg.tx, self.input_shape,
                                              self.options.seed))
-        step_fn = self._compile(state)
-        compile_time = time.perf_counter() - t0
-        progress = self._progress()
-        progress.start(self._summary())
-        state, timings = self._loop(step_fn, state, progress)
+        try:
+            step_fn = self._compile(state)
+            compile_time = time.perf_counter() - t0
+            progress = self._progress()
+            progress.start(self._summary())
+            state, timings = self._loop(step_fn, state, progress)
+        finally:
+            self.feed.close()  # a streamed feed's reader threads, also on early stop or error
         info = progress.finish(compile_time=compile_time, num_devices=self.parallel.num_devices,
-                               **timings)
+                               data_placement=self.placement.kind, **timings)
         return self._net(state), info
 
+    def _place_data(self, data):
+        """The feed: ``ResidentData`` (copied to every device) or ``StreamedData`` (grain)."""
+        feed = ResidentData
+        if self.streamed:
+            from jaxflowers.data.stream import StreamedData  # grain loads only when streaming
+            feed = StreamedData
+        opts = self.options
+        return feed.place(self.parallel, data, mini_batch_size=opts.mini_batch_size,
+                          num_epochs=opts.max_epochs, shuffle=opts.shuffle, seed=opts.seed)
+
     def _compile(self, state):
-        block = functools.partial(train_block, cfg=self.cfg, length=self.block)
-        specs = (REPLICATED, REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED)
-        fn = self.parallel.wrap(block, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
-        r = self.resident
-        limit = self.parallel.put(np.int32(0))
-        return fn.lower(state, r.images, r.labels, r.order, self.stats, limit).compile()
+        """``run(state, limit) -> (state, metrics)``: one compiled dispatch of the feed."""
+        if self.streamed:
+            fn = functools.partial(train_streamed, cfg=self.cfg)
+        else:
+            fn = functools.partial(train_block, cfg=self.cfg, length=self.block)
+        return self.feed.compile(fn, state, self.stats)
 
     def _loop(self, step_fn, state, progress: Progress):
-        r, opts, pending = self.resident, self.options, []
+        opts, pending = self.options, []
         done, t0, val_time = 0, time.perf_counter(), 0.0
         while done < self.total and not progress.stop_requested:
             limit = min(self._next_sync(done), self.total)
-            placed_limit = self._placed_limit(limit)
             while done < limit and not progress.stop_requested:
-                state, metrics = step_fn(state, r.images, r.labels, r.order, self.stats,
-                                         placed_limit)
+                state, metrics = step_fn(state, limit)
                 pending.append((min(self.block, limit - done), metrics))
                 done += pending[-1][0]
                 if opts.output_fn is not None and len(pending) > 1:
@@ -145,10 +160,6 @@ class _Run:
         images = progress.iterations_done * opts.mini_batch_size
         return state, {"train_time": train_time, "validation_time": val_time,
                        "images_per_second": images / max(train_time - val_time, 1e-9)}
-
-    def _placed_limit(self, limit: int):
-        """The block's stop iteration on the devices; one small copy per sync interval."""
-        return self.parallel.put(np.int32(limit))
 
     def _next_sync(self, done: int) -> int:
         """The next iteration after ``done`` at which the host must look at results."""
@@ -199,7 +210,8 @@ class _Run:
         return (f"Training on {self.parallel.num_devices} x {'/'.join(kinds)} "
                 f"({self.parallel.strategy}, {jnp.dtype(self.dtype).name}), "
                 f"{len(self.data)} images, {self.steps_per_epoch} iterations per epoch, "
-                f"mini-batch {self.options.mini_batch_size}, {self.block} iteration(s) per dispatch")
+                f"mini-batch {self.options.mini_batch_size}, {self.block} iteration(s) per "
+                f"dispatch, {self.placement.describe()}")
 
     def _net(self, state: TrainState) -> TrainedNet:
         variables = self.parallel.get({"params": state.params, "batch_stats": state.batch_stats})

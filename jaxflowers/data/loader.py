@@ -1,17 +1,90 @@
-"""Device-resident epochs: the data set lives on every device; only indices are planned.
+"""Device-resident epochs, the iteration plan both feeds share, and the choice between them.
 
 The host decides once, before training, which samples form every iteration's mini-batch
 (seeded, per-epoch permutations; the last partial batch of each epoch dropped, as MATLAB
-does). The step gathers its batch from the resident uint8 set, so no image crosses the
-host-device link after the first copy.
+does). A set that fits the device memory budget is resident: the step gathers its batch
+from the uint8 set on the device, so no image crosses the host-device link after the
+first copy. A larger one streams through grain (:mod:`jaxflowers.data.stream`) in the
+same plan, so both feeds train the same numbers.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from jaxflowers.parallel import REPLICATED, DataParallel, sharded
+
+# "auto" keeps a set resident when it takes at most this share of a device's memory: the
+# rest is for parameters, optimizer state and activations.
+_DEVICE_FRACTION = 0.4
+# Devices that report no memory limit (CPU) share the host's memory; this much of it,
+# split among them.
+_HOST_BUDGET = 8 * 2**30
+# Bytes per device the resident set may take, overriding the rule above (tests, tuning).
+BUDGET_ENV = "JAXFLOWERS_DEVICE_MEMORY_BUDGET"
+
+
+class Placement(NamedTuple):
+    """Where the training set lives: ``kind`` "resident" or "stream", and why."""
+
+    kind: str
+    nbytes: int  # bytes the set takes on every device when resident
+    budget: int  # bytes per device "auto" allows
+
+    def describe(self) -> str:
+        where = "resident on every device" if self.kind == "resident" else "streamed from host"
+        return f"data {where} ({_size(self.nbytes)}, budget {_size(self.budget)} per device)"
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def choose_placement(requested: str, data, devices) -> Placement:
+    """Resolve ``TrainingOptions.data_placement`` for ``data`` on ``devices``.
+
+    Args:
+      requested: "resident", "stream", or "auto" (resident when the uint8 images and
+        int32 labels fit :func:`device_memory_budget`, else stream).
+      data: an image set with ``images`` (N, H, W, C) uint8 (a memory map is not read).
+      devices: the devices the set would be replicated on.
+
+    Returns:
+      A :class:`Placement`.
+    """
+    nbytes = int(data.images.nbytes) + 4 * len(data)
+    budget = device_memory_budget(devices)
+    kind = requested
+    if requested == "auto":
+        kind = "resident" if nbytes <= budget else "stream"
+    return Placement(kind, nbytes, budget)
+
+
+def device_memory_budget(devices) -> int:
+    """Bytes of each device's memory a resident training set may take.
+
+    ``$JAXFLOWERS_DEVICE_MEMORY_BUDGET`` if set; else 40% of the smallest device memory
+    limit (``memory_stats()["bytes_limit"]``); else 8 GiB of host memory split among the
+    devices (CPU devices report no limit and hold one copy each in the same RAM).
+    """
+    override = os.environ.get(BUDGET_ENV)
+    if override:
+        return int(override)
+    limits = [_bytes_limit(d) for d in devices]
+    if all(limits):
+        return int(_DEVICE_FRACTION * min(limits))
+    return _HOST_BUDGET // len(devices)
+
+
+def _bytes_limit(device) -> int | None:
+    try:
+        stats = device.memory_stats()
+    except Exception:  # backends without memory statistics raise rather than return None
+        return None
+    return (stats or {}).get("bytes_limit")
 
 
 def steps_per_epoch(num_samples: int, mini_batch_size: int) -> int:
@@ -59,22 +132,50 @@ class ResidentData:
     """A training set copied once to every device, plus its iteration plan.
 
     Attributes:
+      parallel: the devices it lives on.
       images: uint8 (N, H, W, C), replicated on every device.
       labels: int32 (N,), replicated.
       order: int32 (iterations, global batch), each device holding its columns.
       steps_per_epoch: iterations per epoch.
     """
 
-    images: object
-    labels: object
-    order: object
+    parallel: DataParallel
+    images: Any
+    labels: Any
+    order: Any
     steps_per_epoch: int
+    _compiled: Any = dataclasses.field(default=None, init=False, repr=False)
+    _stats: Any = dataclasses.field(default=None, init=False, repr=False)
+    _limit: tuple = dataclasses.field(default=(None, None), init=False, repr=False)
 
     @classmethod
     def place(cls, parallel: DataParallel, data, *, mini_batch_size: int, num_epochs: int,
               shuffle: str, seed: int) -> "ResidentData":
         order = epoch_order(len(data), mini_batch_size, num_epochs, shuffle, seed)
-        return cls(images=parallel.put(np.asarray(data.images), REPLICATED),
+        return cls(parallel=parallel, images=parallel.put(np.asarray(data.images), REPLICATED),
                    labels=parallel.put(np.asarray(data.labels, np.int32), REPLICATED),
                    order=parallel.put(order, sharded(1)),
                    steps_per_epoch=steps_per_epoch(len(data), mini_batch_size))
+
+    def compile(self, block_fn: Callable, state, stats) -> Callable:
+        """Compile the per-device ``block_fn(state, images, labels, order, stats, limit)``.
+
+        Returns:
+          ``run(state, limit) -> (state, metrics)``: one dispatch of the block, stopping at
+          iteration ``limit`` (an int).
+        """
+        specs = (REPLICATED, REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED)
+        fn = self.parallel.wrap(block_fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
+        self._stats, self._limit = stats, (0, self.parallel.put(np.int32(0)))
+        self._compiled = fn.lower(state, self.images, self.labels, self.order, stats,
+                                  self._limit[1]).compile()
+        return self._run
+
+    def _run(self, state, limit: int):
+        if limit != self._limit[0]:  # one small copy per sync interval, not per dispatch
+            self._limit = (limit, self.parallel.put(np.int32(limit)))
+        return self._compiled(state, self.images, self.labels, self.order, self._stats,
+                              self._limit[1])
+
+    def close(self) -> None:
+        """Nothing to release (the feeds share this call; the streamed one stops threads)."""

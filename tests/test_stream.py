@@ -1,0 +1,99 @@
+"""Streaming from the host: the plan it reads, its equality with resident training, the choice."""
+import contextlib
+import io
+
+import jax
+import numpy as np
+import pytest
+
+import jaxflowers as jf
+from jaxflowers.data.loader import BUDGET_ENV, choose_placement, device_memory_budget
+from jaxflowers.data.stream import StreamedData, process_columns
+from jaxflowers.parallel import DataParallel
+
+
+def _numbered(n=30):
+    # Each image holds its own index (low byte, high byte), so a batch shows what was read.
+    index = np.arange(n)
+    images = np.zeros((n, 4, 4, 3), np.uint8)
+    images[..., 0], images[..., 1] = (index % 256)[:, None, None], (index // 256)[:, None, None]
+    return jf.data.ImageSet(images, index % 3, ("a", "b", "c"))
+
+
+def test_an_epoch_reads_every_kept_sample_exactly_once():
+    data = _numbered(30)  # batch 8: 3 whole batches per epoch, 6 samples dropped
+    feed = StreamedData.place(DataParallel(jax.devices()), data, mini_batch_size=8,
+                              num_epochs=2, shuffle="every-epoch", seed=5)
+    batches = list(feed.batches)
+    assert feed.steps_per_epoch == 3 and len(batches) == 6
+    epochs = []
+    for epoch in (batches[:3], batches[3:]):
+        index = np.concatenate([b["index"] for b in epoch])
+        assert len(index) == 24 and len(np.unique(index)) == 24  # each kept one once
+        for b in epoch:  # and the batch holds those samples' images and labels
+            read = b["images"][:, 0, 0, :2].astype(int) @ [1, 256]
+            np.testing.assert_array_equal(read, b["index"])
+            np.testing.assert_array_equal(b["labels"], b["index"] % 3)
+        epochs.append(index)
+    assert not np.array_equal(epochs[0], epochs[1])  # "every-epoch" reshuffles
+
+
+def test_processes_read_their_own_columns():
+    order = np.arange(24).reshape(3, 8)
+    np.testing.assert_array_equal(process_columns(order, 1, 2), order[:, 4:])
+    with pytest.raises(ValueError, match="mini_batch_size=8 is not divisible by 3 processes"):
+        process_columns(order, 0, 3)
+
+
+def _train(data, placement):
+    opts = jf.TrainingOptions(
+        solver="adam", initial_learn_rate=0.01, mini_batch_size=8, max_epochs=2,
+        shuffle="every-epoch", seed=7, verbose=True, verbose_frequency=100,
+        data_placement=placement,
+        augmentation=jf.data.Augmentation(reflect_x=True, translate_x=(-3, 3),
+                                           translate_y=(-3, 3)))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        net, info = jf.train(data, jf.models.cifar_net(1), opts)
+    return net, info, out.getvalue()
+
+
+def _assert_close(tree_a, tree_b, rtol=1e-5):
+    """Leaf-wise ||a - b|| <= rtol ||b||."""
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(tree_a), jax.tree.leaves(tree_b)):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        assert np.linalg.norm(a - b) <= rtol * np.linalg.norm(b), jax.tree_util.keystr(path)
+
+
+def test_streamed_training_equals_resident_training(digits):
+    data = digits.subset(np.arange(50))  # batch 8: 6 iterations per epoch, 2 dropped
+    net_r, info_r, out_r = _train(data, "auto")  # a small set: auto keeps it resident
+    net_s, info_s, out_s = _train(data, "stream")
+    assert "data resident on every device" in out_r and "data streamed from host" in out_s
+    assert (info_r.data_placement, info_s.data_placement) == ("resident", "stream")
+    assert len(info_s.loss) == 12
+    _assert_close(net_s.variables["params"], net_r.variables["params"])
+    _assert_close(net_s.variables["batch_stats"], net_r.variables["batch_stats"])
+    np.testing.assert_allclose(info_s.loss, info_r.loss, rtol=1e-5)
+    np.testing.assert_allclose(info_s.accuracy, info_r.accuracy)
+    assert not np.allclose(info_s.loss[0], info_s.loss[-1])  # it really trained
+
+
+def test_auto_streams_only_what_exceeds_the_budget(monkeypatch):
+    data, devices = _numbered(30), jax.devices()
+    nbytes = data.images.nbytes + 4 * len(data)
+    monkeypatch.delenv(BUDGET_ENV, raising=False)
+    # CPU devices report no memory limit: 8 GiB of host memory split among them.
+    assert device_memory_budget(devices) == 8 * 2**30 // len(devices)
+    assert choose_placement("auto", data, devices).kind == "resident"
+    monkeypatch.setenv(BUDGET_ENV, str(nbytes))
+    assert choose_placement("auto", data, devices).kind == "resident"
+    monkeypatch.setenv(BUDGET_ENV, str(nbytes - 1))
+    assert choose_placement("auto", data, devices) == ("stream", nbytes, nbytes - 1)
+    assert choose_placement("resident", data, devices).kind == "resident"  # asked for, kept
+
+
+def test_bad_data_placement_is_refused():
+    with pytest.raises(ValueError, match="data_placement='disk' is not allowed; use one of "
+                                         "auto, resident, stream"):
+        jf.TrainingOptions(data_placement="disk")
