@@ -168,7 +168,7 @@ def measure(data, model, options: TrainingOptions, *, window_steps: int, windows
     per_epoch = len(data) // options.mini_batch_size
     options = options.replace(
         verbose=False, verbose_frequency=window_steps, output_fn=clock, validation_data=None,
-        plots="none", checkpoint_path=None, max_epochs=math.ceil(clock.last / per_epoch))
+        plots="none", max_epochs=math.ceil(clock.last / per_epoch))
     t0 = time.perf_counter()
     net, info = train(data, model, options)
     wall = time.perf_counter() - t0

@@ -55,7 +55,6 @@ class TrainingOptions:
     sync_batch_norm: bool = False  # batch-norm statistics over the global batch
     strategy: str = "shard_map"  # "shard_map" or "pmap"
     steps_per_dispatch: int | None = None  # steps per compiled call; None picks by image size
-    checkpoint_path: str | None = None  # orbax checkpoint folder written at each epoch end
     data_placement: str = "auto"  # "resident" on every device, "stream" from host; "auto": by size
 
     def __post_init__(self):

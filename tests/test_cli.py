@@ -13,7 +13,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_main_job_trains_on_embedded_digits_to_95_percent(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg",
-               XLA_FLAGS="--xla_force_host_platform_device_count=4")
+               XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               PYTHONPATH=str(ROOT))
     result = subprocess.run([sys.executable, "-m", "jaxflowers", "train"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
