@@ -1,14 +1,35 @@
-"""Device meshes and the one place per-device functions are wrapped for several devices.
+"""Device meshes, the one place per-device functions are wrapped, and multi-host start-up.
 
 A per-device function knows only the axis name ``"data"``. :class:`DataParallel` runs it on
 every device of a 1-D mesh through ``jax.shard_map`` (default) or ``jax.pmap``, and moves
 arrays into the layout each strategy expects. Nothing else in the package builds a mesh or
 calls ``shard_map``/``pmap``.
+
+Several processes (hosts). After :func:`initialize` (``jax.distributed``), the mesh spans
+the devices of every process, ordered process by process, and each process runs the same
+program on its own devices (JAX's multi-controller model). Every process holds the same
+host data and the same seeded plan (``loader.epoch_order``), so:
+
+* ``put`` builds a global array from the host copy each process has
+  (``jax.make_array_from_callback``: each process fills only its own devices; a plain
+  ``device_put`` onto devices of other processes fails);
+* ``put_process_local`` builds one from this process's rows only
+  (``jax.make_array_from_process_local_data``), for streamed batches of which each process
+  reads just its columns;
+* ``get`` reads a replicated value from a local copy and gathers a sharded one from all
+  processes (``process_allgather``: a collective every process must call), so metrics,
+  validation and prediction are global and exact.
+
+Inside ``shard_map`` over the global mesh, ``lax.axis_index("data")`` is the global device
+index, so per-sample augmentation keys (``step.sample_keys``) are the same as on one host.
+``pmap`` is single-process only here. The single-process path is unchanged: plain
+``device_put``/``device_get``.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any, Callable, Sequence
 
 import jax
@@ -19,6 +40,70 @@ from jax.sharding import PartitionSpec as P
 AXIS = "data"
 STRATEGIES = ("shard_map", "pmap")
 REPLICATED = P()
+# Environment variables `initialize` reads for a plain (non-Slurm/MPI/Kubernetes) launch.
+COORDINATOR_ENV = "JAXFLOWERS_COORDINATOR"  # HOST:PORT of process 0
+NUM_PROCESSES_ENV = "JAXFLOWERS_NUM_PROCESSES"
+PROCESS_ID_ENV = "JAXFLOWERS_PROCESS_ID"
+
+
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None, *, local_device_ids: Sequence[int] | None = None,
+               heartbeat_timeout_seconds: int = 30) -> None:
+    """Join a multi-process (multi-host) training: ``jax.distributed.initialize``.
+
+    Call it first, in every process, before anything else touches JAX. With no arguments
+    and none of the variables below set, JAX detects Slurm, Open MPI and Kubernetes
+    launches itself. A plain launch names the coordinator and the processes, as arguments
+    or as ``$JAXFLOWERS_COORDINATOR`` (``HOST:PORT`` of process 0, reachable from every
+    host), ``$JAXFLOWERS_NUM_PROCESSES`` and ``$JAXFLOWERS_PROCESS_ID`` (0 .. N-1).
+
+    Args:
+      coordinator_address: ``"HOST:PORT"``; process 0 listens there.
+      num_processes: how many processes take part.
+      process_id: this process, ``0 <= process_id < num_processes``.
+      local_device_ids: the local GPUs this process uses (default: JAX's choice).
+      heartbeat_timeout_seconds: a process silent this long counts as lost, and the others
+        stop with an error naming it (JAX's own default, 100 s, leaves the survivors
+        waiting longer in a collective that can never finish).
+
+    Raises:
+      RuntimeError: when called twice, or after JAX has started its backends (anything
+        such as ``jax.devices()``, an array, a computation, ``jaxflowers.train``).
+    """
+    _check_not_started()
+    coordinator_address = coordinator_address or os.environ.get(COORDINATOR_ENV)
+    num_processes = _env_int(num_processes, NUM_PROCESSES_ENV)
+    process_id = _env_int(process_id, PROCESS_ID_ENV)
+    # Cross-process collectives on CPU need an implementation; JAX < 0.5 had none by default.
+    if getattr(jax.config, "jax_cpu_collectives_implementation", "gloo") is None:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address, num_processes, process_id,
+                               local_device_ids=local_device_ids,
+                               heartbeat_timeout_seconds=heartbeat_timeout_seconds)
+
+
+def _check_not_started() -> None:
+    is_initialized = getattr(jax.distributed, "is_initialized", None)
+    if is_initialized is not None and is_initialized():
+        raise RuntimeError("jaxflowers.parallel.initialize was already called in this process "
+                           "(jax.distributed is initialised); call it once")
+    try:
+        from jax._src.xla_bridge import backends_are_initialized  # no public equivalent
+    except ImportError:
+        return  # jax.distributed.initialize still refuses, in its own words
+    if backends_are_initialized():
+        raise RuntimeError("jaxflowers.parallel.initialize must run before anything starts "
+                           "JAX's backends (jax.devices(), creating an array, a computation, "
+                           "jaxflowers.train); call it first thing in every process")
+
+
+def _env_int(value: int | None, name: str) -> int | None:
+    if value is not None or not os.environ.get(name):
+        return value
+    try:
+        return int(os.environ[name])
+    except ValueError:
+        raise ValueError(f"${name}={os.environ[name]!r} is not an integer") from None
 
 
 def sharded(axis: int = 0) -> P:
@@ -32,38 +117,52 @@ def _shard_axis(spec: P) -> int | None:
 
 
 def select_devices(execution_environment: str = "auto", num_devices: int | None = None):
-    """The local devices a training uses (MATLAB's ``ExecutionEnvironment``).
+    """The devices a training uses (MATLAB's ``ExecutionEnvironment``).
+
+    With several processes the rule picks devices on every process alike and the result
+    holds them all, process by process (the global mesh); ``num_devices`` then counts per
+    process.
 
     Args:
       execution_environment: "auto" (every GPU if there is one, else the CPU devices),
-        "cpu", "gpu" (one GPU) or "multi-gpu" (every local GPU).
-      num_devices: keep only the first ``num_devices`` of those.
+        "cpu", "gpu" (one GPU per process) or "multi-gpu" (every GPU).
+      num_devices: keep only the first ``num_devices`` of each process's devices.
 
     Returns:
       A list of ``jax.Device``.
     """
+    count = 1 if execution_environment == "gpu" else num_devices
+    return _by_process(_environment_devices(execution_environment), count, execution_environment)
+
+
+def _environment_devices(execution_environment: str) -> list:
+    """Every device (of every process) of the environment's backend."""
     if execution_environment == "cpu":
-        devices = jax.local_devices(backend="cpu")
-    elif execution_environment == "auto":
-        devices = jax.local_devices()
-    else:
-        try:
-            devices = jax.local_devices(backend="gpu")
-        except RuntimeError:
-            devices = []
-        if not devices:
-            raise RuntimeError(f'execution_environment="{execution_environment}" needs a GPU but '
-                               f'JAX sees only {jax.local_devices()}; install jaxflowers[cuda12] '
-                               'or use "auto"/"cpu"')
-        if execution_environment == "gpu":
-            devices = devices[:1]
-    if num_devices is not None:
-        if not 1 <= num_devices <= len(devices):
-            raise ValueError(f"num_devices={num_devices} is outside 1..{len(devices)}, the "
-                             f"devices available for execution_environment="
-                             f'"{execution_environment}"')
-        devices = devices[:num_devices]
-    return list(devices)
+        return jax.devices("cpu")
+    if execution_environment == "auto":
+        return jax.devices()
+    try:
+        devices = jax.devices("gpu")
+    except RuntimeError:
+        devices = []
+    if not devices:
+        raise RuntimeError(f'execution_environment="{execution_environment}" needs a GPU but '
+                           f'JAX sees only {jax.local_devices()}; install jaxflowers[cuda12] '
+                           'or use "auto"/"cpu"')
+    return devices
+
+
+def _by_process(devices, count: int | None, execution_environment: str) -> list:
+    """The first ``count`` (default all) devices of each process, process by process: the
+    mesh order in which process p's devices hold the p-th share of a sharded axis."""
+    processes = sorted({d.process_index for d in devices})
+    local = [[d for d in devices if d.process_index == p] for p in processes]
+    available = min(len(group) for group in local)
+    if count is not None and not 1 <= count <= available:
+        raise ValueError(f"num_devices={count} is outside 1..{available}, the devices "
+                         f'available per process for execution_environment='
+                         f'"{execution_environment}"')
+    return [d for group in local for d in group[:count]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +171,9 @@ class DataParallel:
 
     Arrays are described by ``PartitionSpec``s: ``REPLICATED`` (every device holds the whole
     array) or ``sharded(axis)`` (each device holds 1/N of dimension ``axis``). Inside the
-    wrapped function every argument has its per-device shape under both strategies.
+    wrapped function every argument has its per-device shape under both strategies. When
+    the devices span several processes, every process must make the same calls in the
+    same order (``put``, ``get`` of sharded values and wrapped functions are collective).
     """
 
     devices: tuple
@@ -82,6 +183,9 @@ class DataParallel:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy={self.strategy!r} is not one of {STRATEGIES}")
         object.__setattr__(self, "devices", tuple(self.devices))
+        if self.strategy == "pmap" and self.multiprocess:
+            raise ValueError(f'strategy="pmap" runs on one process only, but these devices '
+                             f"belong to {self.process_count} processes; use \"shard_map\"")
 
     @functools.cached_property
     def mesh(self) -> Mesh:
@@ -91,13 +195,65 @@ class DataParallel:
     def num_devices(self) -> int:
         return len(self.devices)
 
+    @functools.cached_property
+    def process_count(self) -> int:
+        """How many processes own the devices (1 without ``initialize``)."""
+        return len({d.process_index for d in self.devices})
+
+    @property
+    def multiprocess(self) -> bool:
+        return self.process_count > 1
+
+    @property
+    def local_devices(self) -> tuple:
+        """The devices of this process."""
+        return tuple(d for d in self.devices if d.process_index == jax.process_index())
+
+    @property
+    def is_main_process(self) -> bool:
+        """Whether this process prints, plots and writes files (process 0 does)."""
+        return jax.process_index() == min(d.process_index for d in self.devices)
+
     def put(self, tree, spec: P = REPLICATED):
-        """Place host or device arrays on the devices in the layout ``wrap`` expects."""
+        """Place host or device arrays on the devices in the layout ``wrap`` expects.
+
+        With several processes every process passes the same (global) values."""
         return jax.tree.map(lambda x: self._put_one(x, spec), tree)
 
+    def put_process_local(self, tree, spec: P = sharded(0)):
+        """Place this process's share of arrays split along ``spec``'s axis.
+
+        Each process passes its consecutive 1/P of the rows (P processes, in process order,
+        as ``stream.process_columns`` cuts them); one process: the same as ``put``."""
+        if not self.multiprocess:
+            return self.put(tree, spec)
+        sharding, axis = NamedSharding(self.mesh, spec), _shard_axis(spec)
+
+        def one(x):
+            x = np.asarray(x)
+            shape = list(x.shape)
+            shape[axis] *= self.process_count
+            return jax.make_array_from_process_local_data(sharding, x, tuple(shape))
+
+        return jax.tree.map(one, tree)
+
     def get(self, tree, spec: P = REPLICATED):
-        """Bring arrays placed with ``put`` (or returned by a wrapped function) to numpy."""
+        """Bring arrays placed with ``put`` (or returned by a wrapped function) to numpy.
+
+        With several processes, a sharded ``spec`` gathers from every process (a collective:
+        all processes call it); every process receives the whole array."""
         return jax.tree.map(lambda x: self._get_one(x, spec), tree)
+
+    def from_main_process(self, value):
+        """Process 0's ``value`` (a numpy-compatible pytree) on every process.
+
+        Keeps choices that every process must make alike (stop early, resident or streamed)
+        from diverging, which would leave processes waiting in different collectives."""
+        if not self.multiprocess:
+            return value
+        from jax.experimental import multihost_utils
+        return jax.tree.map(lambda x: x.item() if x.ndim == 0 else x,
+                            multihost_utils.broadcast_one_to_all(value))
 
     def wrap(self, fn: Callable, in_specs: Sequence[Any], out_specs: Any,
              donate_argnums: Sequence[int] = ()) -> Callable:
@@ -118,6 +274,11 @@ class DataParallel:
     def _put_one(self, x, spec: P):
         axis = _shard_axis(spec)
         if self.strategy == "shard_map":
+            if self.multiprocess:
+                # Each process fills its own devices from its copy of the global value.
+                host = np.asarray(x)
+                return jax.make_array_from_callback(host.shape, NamedSharding(self.mesh, spec),
+                                                    lambda index: host[index])
             return jax.device_put(x, NamedSharding(self.mesh, spec))
         # pmap wants the device axis first: replicas stacked, shards split out of `axis`.
         x = np.asarray(x)
@@ -130,12 +291,24 @@ class DataParallel:
     def _get_one(self, x, spec: P):
         axis = _shard_axis(spec)
         if self.strategy == "shard_map":
+            if self.multiprocess and isinstance(x, jax.Array):
+                return _get_global(x, axis)
             return np.asarray(jax.device_get(x))
         x = np.asarray(jax.device_get(x[0] if axis is None else x))
         if axis is None:
             return x
         x = np.moveaxis(x, 0, axis)
         return x.reshape(*x.shape[:axis], -1, *x.shape[axis + 2:])
+
+
+def _get_global(x: jax.Array, axis: int | None) -> np.ndarray:
+    if x.is_fully_addressable:
+        return np.asarray(jax.device_get(x))
+    if axis is None:
+        return np.asarray(x.addressable_data(0))  # every device holds the whole value
+    from jax.experimental import multihost_utils
+    # One all-gather over every process's devices; each process gets the whole array.
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 def _split_axis(x: np.ndarray, axis: int, parts: int) -> np.ndarray:

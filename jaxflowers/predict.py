@@ -2,6 +2,8 @@
 
 Samples are padded up to a whole number of per-device batches and the padding is cut off
 afterwards, so every sample is counted exactly once: nothing dropped, nothing duplicated.
+With several processes the padded set is split over the devices of all of them and the
+logits are gathered back (``DataParallel.get``), so every process returns every score.
 """
 from __future__ import annotations
 
@@ -73,7 +75,9 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
       execution_environment, num_devices, strategy: which devices, as in TrainingOptions.
 
     Returns:
-      float32 (n, num_classes) softmax scores, row i for image i.
+      float32 (n, num_classes) softmax scores, row i for image i. With several processes
+      (``parallel.initialize``) every process calls it with the same images and receives
+      all the scores.
     """
     images = np.asarray(getattr(data, "images", data))
     if images.dtype != np.uint8 or images.ndim != 4:

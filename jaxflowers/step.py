@@ -62,7 +62,8 @@ def sample_keys(state: TrainState, batch_size: int) -> jax.Array:
     """One PRNG key per sample of this device's part of the global batch.
 
     Keys depend on (step, position in the *global* batch) only, so the same seed augments
-    the same sample the same way on 1 or N devices.
+    the same sample the same way on 1 or N devices. ``axis_index`` is the device's index in
+    the whole mesh, also when the mesh spans several processes (hosts).
     """
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), state.step)
     positions = lax.axis_index(AXIS) * batch_size + jnp.arange(batch_size)

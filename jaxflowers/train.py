@@ -4,6 +4,10 @@ The loop dispatches blocks of iterations (``step.train_block`` on a resident set
 ``step.train_streamed`` on one streamed from the host), keeps metrics on the device, and
 synchronises with the host only where something is due: a table row, a validation, an
 ``output_fn`` call, the end.
+
+With several processes (``parallel.initialize``) every process runs this same loop on its
+own devices of the global mesh; only process 0 prints the table, draws the plot and calls
+``output_fn``, and its stop request reaches the others (``DataParallel.from_main_process``).
 """
 from __future__ import annotations
 
@@ -64,6 +68,11 @@ def train(data, model, options: TrainingOptions) -> tuple[TrainedNet, TrainingIn
 
     Returns:
       ``(net, info)``: a ``TrainedNet`` and a ``TrainingInfo``.
+
+    With several processes (``parallel.initialize`` first), every process calls ``train``
+    with the same data and options and gets the same ``(net, info)``; the devices are
+    those of all processes and ``mini_batch_size`` is still the global batch. Only
+    process 0 prints, plots and calls ``output_fn``.
     """
     if not isinstance(options, TrainingOptions):
         raise TypeError(f"options must be TrainingOptions, not {type(options).__name__}")
@@ -81,7 +90,7 @@ class _Run:
         self.options, self.parallel, self.data = options, parallel, data
         self.dtype = _compute_dtype(options.precision, parallel.devices)
         self.model = _configure(model, self.dtype, None)
-        self.placement = choose_placement(options.data_placement, data, parallel.devices)
+        self.placement = self._choose_placement(options.data_placement, data)
         self.streamed = self.placement.kind == "stream"
         self.feed = self._place_data(data)
         self.steps_per_epoch = self.feed.steps_per_epoch
@@ -118,6 +127,13 @@ class _Run:
                                data_placement=self.placement.kind, **timings)
         return self._net(state), info
 
+    def _choose_placement(self, requested: str, data):
+        """Resident or streamed, by this process's devices; with several processes, process
+        0's choice, as processes running different feeds would wait on each other forever."""
+        placement = choose_placement(requested, data, self.parallel.local_devices)
+        streamed = self.parallel.from_main_process(np.int32(placement.kind == "stream"))
+        return placement._replace(kind="stream" if streamed else "resident")
+
     def _place_data(self, data):
         """The feed: ``ResidentData`` (copied to every device) or ``StreamedData`` (grain)."""
         feed = ResidentData
@@ -139,9 +155,9 @@ class _Run:
     def _loop(self, step_fn, state, progress: Progress):
         opts, pending = self.options, []
         done, t0, val_time = 0, time.perf_counter(), 0.0
-        while done < self.total and not progress.stop_requested:
+        while done < self.total and not self._stopping(progress):
             limit = min(self._next_sync(done), self.total)
-            while done < limit and not progress.stop_requested:
+            while done < limit and not self._stopping(progress):
                 state, metrics = step_fn(state, limit)
                 pending.append((min(self.block, limit - done), metrics))
                 done += pending[-1][0]
@@ -160,6 +176,14 @@ class _Run:
         images = progress.iterations_done * opts.mini_batch_size
         return state, {"train_time": train_time, "validation_time": val_time,
                        "images_per_second": images / max(train_time - val_time, 1e-9)}
+
+    def _stopping(self, progress: Progress) -> bool:
+        """Whether ``output_fn`` asked to stop. With several processes only process 0 runs
+        it, so every process takes its answer (a small collective, only with output_fn)."""
+        if self.options.output_fn is not None and self.parallel.multiprocess:
+            progress.stop_requested = bool(self.parallel.from_main_process(
+                np.bool_(progress.stop_requested)))
+        return progress.stop_requested
 
     def _next_sync(self, done: int) -> int:
         """The next iteration after ``done`` at which the host must look at results."""
@@ -197,17 +221,21 @@ class _Run:
         return float(loss), float(np.mean(np.argmax(logits, axis=1) == labels))
 
     def _progress(self) -> Progress:
-        plot = None
-        if self.options.plots == "training-progress":
+        """The table, plot and ``output_fn`` on process 0; other processes only record."""
+        main, plot = self.parallel.is_main_process, None
+        if self.options.plots == "training-progress" and main:
             from jaxflowers.plots import TrainingProgressPlot
             plot = TrainingProgressPlot()
-        return Progress(steps_per_epoch=self.steps_per_epoch, verbose=self.options.verbose,
+        return Progress(steps_per_epoch=self.steps_per_epoch,
+                        verbose=self.options.verbose and main,
                         verbose_frequency=self.options.verbose_frequency,
-                        output_fn=self.options.output_fn, plot=plot)
+                        output_fn=self.options.output_fn if main else None, plot=plot)
 
     def _summary(self) -> str:
         kinds = sorted({d.device_kind for d in self.parallel.devices})
-        return (f"Training on {self.parallel.num_devices} x {'/'.join(kinds)} "
+        processes = (f" in {self.parallel.process_count} processes"
+                     if self.parallel.multiprocess else "")
+        return (f"Training on {self.parallel.num_devices} x {'/'.join(kinds)}{processes} "
                 f"({self.parallel.strategy}, {jnp.dtype(self.dtype).name}), "
                 f"{len(self.data)} images, {self.steps_per_epoch} iterations per epoch, "
                 f"mini-batch {self.options.mini_batch_size}, {self.block} iteration(s) per "

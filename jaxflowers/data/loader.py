@@ -6,6 +6,13 @@ does). A set that fits the device memory budget is resident: the step gathers it
 from the uint8 set on the device, so no image crosses the host-device link after the
 first copy. A larger one streams through grain (:mod:`jaxflowers.data.stream`) in the
 same plan, so both feeds train the same numbers.
+
+With several processes (``parallel.initialize``) every process holds the whole host set
+and draws the same plan (it is seeded); a resident set is copied to each device of every
+process, which then gathers its own columns of each batch, exactly as on one process.
+Copying the set to every device is what resident means anyway, so this costs no more
+device memory than one host with as many devices; the alternative (each process keeping
+only the rows its devices need) would make the gather a cross-host exchange.
 """
 from __future__ import annotations
 
@@ -50,7 +57,7 @@ def choose_placement(requested: str, data, devices) -> Placement:
       requested: "resident", "stream", or "auto" (resident when the uint8 images and
         int32 labels fit :func:`device_memory_budget`, else stream).
       data: an image set with ``images`` (N, H, W, C) uint8 (a memory map is not read).
-      devices: the devices the set would be replicated on.
+      devices: this process's devices the set would be replicated on.
 
     Returns:
       A :class:`Placement`.

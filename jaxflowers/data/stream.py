@@ -13,8 +13,11 @@ pickled as a full copy), needs absl flags marked parsed in grain 0.2.18
 (``UnparsedFlagAccessError`` otherwise; the thread path reads none), and took 7 s to start
 two workers here.
 
-With several JAX processes each one reads only its columns of every global batch
-(``grain.sharding.ShardByJaxProcess``), in process order.
+With several JAX processes (``parallel.initialize``) each one reads only its columns of
+every global batch (``grain.sharding.ShardByJaxProcess``: process p the p-th 1/P), and
+``DataParallel.put_process_local`` assembles the global batch from those shares, which
+the mesh lays out process by process. Every process plans the same epochs (the plan is
+seeded), so the global batches, and the numbers, are those of one process.
 """
 from __future__ import annotations
 
@@ -98,7 +101,9 @@ class StreamedData:
               shuffle: str, seed: int) -> "StreamedData":
         """Plan the epochs as the resident feed does; nothing is read until ``compile``."""
         order = epoch_order(len(data), mini_batch_size, num_epochs, shuffle, seed)
-        shard = grain.sharding.ShardByJaxProcess()
+        # A mesh within one process (even among several) needs every column here.
+        shard = (grain.sharding.ShardByJaxProcess() if parallel.multiprocess
+                 else grain.sharding.NoSharding())
         order = process_columns(order, shard.shard_index, shard.shard_count)
         return cls(parallel, host_batches(data, order),
                    steps_per_epoch(len(data), mini_batch_size))
@@ -130,7 +135,7 @@ class StreamedData:
         batch = next(self._iterator, None)  # None after the plan's last batch
         if batch is None:
             return None
-        return self.parallel.put((batch["images"], batch["labels"]), sharded(0))
+        return self.parallel.put_process_local((batch["images"], batch["labels"]), sharded(0))
 
     def close(self) -> None:
         """Stop grain's reader threads (training may stop before the plan's end)."""

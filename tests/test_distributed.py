@@ -1,0 +1,186 @@
+"""Several processes on 127.0.0.1 (jax.distributed, gloo CPU collectives): same numbers as one.
+
+Each worker (``tests/distributed_worker.py``) is its own process group with 2 fake CPU
+devices; this process, with conftest's 4, computes the one-process reference.
+"""
+import contextlib
+import dataclasses
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import distributed_worker as worker
+from jaxflowers import parallel
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+WORKER = pathlib.Path(__file__).with_name("distributed_worker.py")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _processes(task: str, out: pathlib.Path, count: int = 2):
+    """``count`` workers of ``task``, stdout/stderr in ``out``; all killed on the way out."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2 "
+                         "--xla_backend_optimization_level=0",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               JAXFLOWERS_COORDINATOR=f"127.0.0.1:{_free_port()}",
+               JAXFLOWERS_NUM_PROCESSES=str(count), PYTHONUNBUFFERED="1")
+    procs = []
+    try:
+        for i in range(count):
+            with open(out / f"stdout{i}", "w") as stdout, open(out / f"stderr{i}", "w") as stderr:
+                procs.append(subprocess.Popen(
+                    [sys.executable, str(WORKER), task, "--out", str(out)], cwd=out,
+                    env=dict(env, JAXFLOWERS_PROCESS_ID=str(i)), stdout=stdout, stderr=stderr,
+                    start_new_session=True))  # its own group: killed with its children
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _wait(procs, out: pathlib.Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for i, proc in enumerate(procs):
+        rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        assert rc == 0, f"process {i} exit {rc}:\n{(out / f'stderr{i}').read_text()[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    """Both workers' results of the ``train`` task, their stdout, and the wall time."""
+    out = tmp_path_factory.mktemp("two_processes")
+    t0 = time.perf_counter()
+    with _processes("train", out) as procs:
+        _wait(procs, out, timeout=600)
+    wall = time.perf_counter() - t0
+    results = [dict(np.load(out / f"process{i}.npz")) for i in range(2)]
+    stdout = [(out / f"stdout{i}").read_text() for i in range(2)]
+    print(f"\ntwo processes x 2 CPU devices, train task: {wall:.1f} s wall, "
+          f"{1e3 * float(results[0]['step_time']):.1f} ms per step")
+    return results, stdout
+
+
+@pytest.fixture(scope="module")
+def one_process():
+    """The reference: this process, 4 devices, the same global batch."""
+    net, info = worker.train_tiny("resident", verbose=False)
+    net_s, info_s = worker.train_stopped()
+    print(f"\none process x 4 CPU devices: {1e3 * info.train_time / len(info.loss):.1f} ms "
+          "per step")
+    return net, info, net_s, info_s
+
+
+def _assert_close(flat: dict, prefix: str, tree, rtol=1e-5):
+    """Leaf-wise ||a - b|| <= rtol ||b|| for the worker's flattened ``prefix`` leaves."""
+    for path, b in jax.tree_util.tree_leaves_with_path(tree):
+        a, b = flat[prefix + jax.tree_util.keystr(path)].astype(np.float64), np.asarray(b, np.float64)
+        assert np.linalg.norm(a - b) <= rtol * np.linalg.norm(b), jax.tree_util.keystr(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("process", [0, 1])
+def test_two_processes_train_the_numbers_of_one(two_processes, one_process, process):
+    results, _ = two_processes
+    net, info, net_s, info_s = one_process
+    mine = results[process]
+    assert int(mine["num_devices"]) == 4
+    _assert_close(mine, "resident", net.variables)
+    _assert_close(mine, "stream", net_s.variables)
+    np.testing.assert_allclose(mine["loss"], info.loss, rtol=1e-5)
+    np.testing.assert_allclose(mine["stream_loss"], info_s.loss, rtol=1e-5)
+    assert len(info_s.loss) < 6 and info_s.stopped_early and bool(mine["stream_stopped"])
+    assert not np.allclose(info.loss[0], info.loss[-1])  # the steps really trained
+
+
+@pytest.mark.slow
+def test_prediction_over_processes_scores_every_sample_once(two_processes, one_process):
+    results, _ = two_processes
+    scores = [r["scores"] for r in results]
+    assert scores[0].shape == (13, 3)  # 13 over 4 devices: padded, then cut back
+    np.testing.assert_array_equal(scores[0], scores[1])  # every process gets them all
+    # Row i is image i's score: the workers' net, predicted in this one process, agrees.
+    reference = one_process[0]
+    variables = jax.tree_util.tree_map_with_path(
+        lambda path, _: results[0]["resident" + jax.tree_util.keystr(path)], reference.variables)
+    net = dataclasses.replace(reference, variables=variables)
+    np.testing.assert_allclose(scores[0], worker.predict_ragged(net), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_only_process_zero_prints_and_refusals_are_clear(two_processes):
+    results, stdout = two_processes
+    assert "Training on 4 x cpu in 2 processes" in stdout[0] and "|   Epoch" not in stdout[1]
+    assert "Training on" not in stdout[1]
+    for r in results:
+        assert "already called" in str(r["second_call_error"])
+        assert 'strategy="pmap" runs on one process only' in str(r["pmap_error"])
+
+
+@pytest.mark.slow
+def test_a_lost_process_stops_the_other_within_a_minute(tmp_path):
+    with _processes("forever", tmp_path) as procs:
+        deadline = time.monotonic() + 300
+        while "iteration 3\n" not in (tmp_path / "stdout0").read_text():
+            assert procs[0].poll() is None and procs[1].poll() is None, \
+                (tmp_path / "stderr0").read_text()[-3000:]
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        os.killpg(procs[1].pid, signal.SIGKILL)
+        killed = time.monotonic()
+        rc = procs[0].wait(timeout=90)
+        waited = time.monotonic() - killed
+    stderr = (tmp_path / "stderr0").read_text()
+    print(f"\nsurvivor exited {waited:.1f} s after the other process was killed (rc {rc})")
+    assert rc != 0 and waited < 60
+    # JAX's coordination service names the silent process: "...unhealthy (stopped sending
+    # heartbeats):\n1" (process 1 is the one killed).
+    assert re.search(r"stopped sending heartbeats\):\s*\S*1\b", stderr), stderr[-3000:]
+
+
+def test_initialize_after_jax_started_is_refused():
+    jax.devices()  # starts the backends
+    with pytest.raises(RuntimeError, match="must run before anything starts JAX's backends"):
+        parallel.initialize("127.0.0.1:1", 2, 0)
+
+
+def test_cli_initializes_before_anything_else(monkeypatch):
+    from jaxflowers import __main__ as cli
+
+    calls = []
+
+    def fake_initialize(*args):
+        calls.append(args)
+        raise SystemExit(7)  # stop before any data loads
+
+    monkeypatch.setattr(parallel, "initialize", fake_initialize)
+    with pytest.raises(SystemExit, match="7"):
+        cli.main(["train", "--coordinator", "10.0.0.1:1234", "--num-processes", "2",
+                  "--process-id", "1"])
+    assert calls == [("10.0.0.1:1234", 2, 1)]
+
+
+def test_environment_variables_name_the_processes(monkeypatch):
+    monkeypatch.setenv(parallel.PROCESS_ID_ENV, "x")
+    with pytest.raises(ValueError, match=r"\$JAXFLOWERS_PROCESS_ID='x' is not an integer"):
+        parallel._env_int(None, parallel.PROCESS_ID_ENV)
+    monkeypatch.setenv(parallel.NUM_PROCESSES_ENV, "4")
+    assert parallel._env_int(None, parallel.NUM_PROCESSES_ENV) == 4
+    assert parallel._env_int(2, parallel.NUM_PROCESSES_ENV) == 2  # an argument wins
