@@ -209,6 +209,18 @@ class DataParallel:
         """The devices of this process."""
         return tuple(d for d in self.devices if d.process_index == jax.process_index())
 
+    @functools.cached_property
+    def lockstep(self) -> bool:
+        """Whether each wrapped call must finish before the next one starts.
+
+        XLA:CPU's cross-process (gloo) collectives hang when a process with several CPU
+        devices has more than one execution in flight (seen with jaxlib 0.10.2 and 0.12:
+        a loop of one all-reduce deadlocks within seconds; one device per process, or a
+        wait after each call, runs). GPUs (NCCL streams) and single processes queue freely.
+        """
+        return (self.multiprocess and self.devices[0].platform == "cpu"
+                and len(self.local_devices) > 1)
+
     @property
     def is_main_process(self) -> bool:
         """Whether this process prints, plots and writes files (process 0 does)."""
@@ -269,7 +281,8 @@ class DataParallel:
                             donate_argnums=tuple(donate_argnums))
         mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=tuple(in_specs),
                                out_specs=out_specs, check_vma=False)
-        return jax.jit(mapped, donate_argnums=tuple(donate_argnums))
+        jitted = jax.jit(mapped, donate_argnums=tuple(donate_argnums))
+        return _Lockstep(jitted) if self.lockstep else jitted
 
     def _put_one(self, x, spec: P):
         axis = _shard_axis(spec)
@@ -299,6 +312,22 @@ class DataParallel:
             return x
         x = np.moveaxis(x, 0, axis)
         return x.reshape(*x.shape[:axis], -1, *x.shape[axis + 2:])
+
+
+class _Lockstep:
+    """A jitted (or lowered, or compiled) function whose calls wait for their results."""
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def __call__(self, *args):
+        return jax.block_until_ready(self._fn(*args))
+
+    def lower(self, *args):
+        return _Lockstep(self._fn.lower(*args))
+
+    def compile(self):
+        return _Lockstep(self._fn.compile())
 
 
 def _get_global(x: jax.Array, axis: int | None) -> np.ndarray:
