@@ -18,12 +18,10 @@ Timing (one ``train`` call, so one compile, per configuration):
     (the first runs of a fresh executable) are the warm-up, discarded; ``output_fn``
     returns True after the last window, which stops training at that sync.
   * ``images_per_s`` = W x global batch / median window; ``step_s`` = median window / W;
-    ``loop_images_per_s`` (``info.images_per_second``, warm-up included) is a cross-check.
-    Other ``output_fn`` calls lag one dispatch (metrics are fetched one block behind) and
-    are not used; between syncs one block stays queued, as for any user ``output_fn``.
-Raw numbers go to ``bench.json``; ``speedup.png`` is drawn from that file. On CPU the
-devices are fake (``--xla_force_host_platform_device_count``) and share the same cores,
-so speedups there mean nothing; ``--quick`` only checks that the machinery runs.
+    ``loop_images_per_s`` (warm-up included) is a cross-check. Other ``output_fn`` calls
+    lag one dispatch and are not used.
+Raw numbers go to ``bench.json``; ``speedup.png`` is drawn from that file. Fake CPU
+devices share the same cores, so CPU speedups mean nothing; ``--quick`` checks the machinery.
 """
 from __future__ import annotations
 
