@@ -7,15 +7,12 @@ MATLAB rule, ``scale_for_devices``: global batch and learning rate x N); strong 
 keeps the global batch (default: per-device batch x the largest device count).
 
 Timing (one ``train`` call, so one compile, per configuration):
-  * ``compile_s`` = ``info.compile_time`` (initialisation, lowering, XLA compile), apart;
-    ``setup_s`` = the rest of ``train`` outside the loop (copying the set to the devices,
-    channel statistics, fetching the trained net).
-  * With ``verbose=False`` and ``verbose_frequency=W`` the trainer syncs fully after
-    iteration 1 and every W-th iteration: it fetches the metrics of every dispatched block,
-    leaving nothing in flight, then calls ``output_fn`` for iteration kW, so the clock read
-    there is a synchronised timestamp (the fetch is the ``block_until_ready``). Window k
-    spans iterations kW -> (k+1)W, W iterations between two full syncs. Iterations 1..W
-    (the first runs of a fresh executable) are the warm-up, discarded; ``output_fn``
+  * ``compile_s`` = ``info.compile_time``, apart; ``setup_s`` = the rest of ``train``
+    outside the loop (copying the set to the devices, statistics, fetching the net).
+  * With ``verbose=False`` and ``verbose_frequency=W`` the trainer syncs fully (fetches
+    every dispatched block's metrics) after iteration 1 and every W-th iteration, then
+    calls ``output_fn``: its clock read is a synchronised timestamp. Window k spans
+    iterations kW -> (k+1)W; iterations 1..W are the discarded warm-up; ``output_fn``
     returns True after the last window, which stops training at that sync.
   * ``images_per_s`` = W x global batch / median window; ``step_s`` = median window / W;
     ``loop_images_per_s`` (warm-up included) is a cross-check. Other ``output_fn`` calls
