@@ -94,17 +94,21 @@ def _sweep(args) -> int:
     return 0 if result.best_depth is not None else 1
 
 
+def _join_processes(args) -> None:
+    """Start jax.distributed when asked to; first, before anything starts JAX's backends."""
+    if args.distributed or any(v is not None for v in (args.coordinator, args.num_processes,
+                                                       args.process_id)):
+        from jaxflowers import parallel
+        parallel.initialize(args.coordinator, args.num_processes, args.process_id)
+
+
 def _train(args) -> int:
+    _join_processes(args)
     import jax
 
     import jaxflowers as jf
-    from jaxflowers import parallel, recipes
+    from jaxflowers import recipes
     from jaxflowers.parallel import select_devices
-
-    if args.distributed or any(v is not None for v in (args.coordinator, args.num_processes,
-                                                       args.process_id)):
-        # First: jax.distributed must start before anything starts JAX's backends.
-        parallel.initialize(args.coordinator, args.num_processes, args.process_id)
 
     model_name = args.model or ("resnet50" if args.data == "flowers" else "cifar_net")
     data = recipes.load_data(args.data, model=model_name)
