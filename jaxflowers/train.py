@@ -101,7 +101,8 @@ class _Run:
                             if options.augmentation else tuple(data.images.shape[1:]))
         self.cfg = StepConfig(
             model=_configure(model, self.dtype, AXIS if options.sync_batch_norm else None),
-            tx=make_optimizer(options, self.steps_per_epoch),
+            tx=make_optimizer(options, self.steps_per_epoch,
+                              flat=parallel.devices[0].platform == "gpu"),
             schedule=learn_rate_schedule(options, self.steps_per_epoch),
             augmentation=options.augmentation, dtype=self.dtype,
             sync_batch_norm=options.sync_batch_norm)

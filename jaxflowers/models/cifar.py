@@ -7,6 +7,9 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from jaxflowers.models.norm import BatchNorm
+from jaxflowers.models.pool import max_pool
+
 
 def cifar_width(depth: int) -> int:
     """Filters of the first block: ``round(16 / sqrt(depth))`` (MATLAB rounds halves up)."""
@@ -37,11 +40,10 @@ class CifarNet(nn.Module):
             for _ in range(self.depth):
                 x = nn.Conv(filters, (3, 3), padding="SAME", dtype=self.dtype,
                             kernel_init=nn.initializers.glorot_uniform())(x)
-                x = nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
-                                 dtype=self.dtype, axis_name=self.bn_axis_name)(x)
-                x = nn.relu(x)
+                x = BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
+                              dtype=self.dtype, axis_name=self.bn_axis_name, relu=True)(x)
             if block < 2:
-                x = nn.max_pool(x, (2, 2), strides=(2, 2))
+                x = max_pool(x, (2, 2), strides=(2, 2))
         x = nn.avg_pool(x, (8, 8), strides=(8, 8))
         x = x.reshape(x.shape[0], -1)
         return nn.Dense(self.num_classes, dtype=self.dtype)(x).astype(jnp.float32)

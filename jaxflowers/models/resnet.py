@@ -12,6 +12,9 @@ from typing import Any, Callable, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
+from jaxflowers.models.norm import BatchNorm
+from jaxflowers.models.pool import max_pool
+
 ModuleDef = Any
 
 # He-normal as torchvision initialises ResNets (kaiming_normal_, fan_out, relu gain).
@@ -30,7 +33,7 @@ class BasicBlock(nn.Module):
     @nn.compact
     def __call__(self, x):
         residual = x
-        y = nn.relu(self.norm()(self.conv(self.filters, (3, 3), self.strides)(x)))
+        y = self.norm(relu=True)(self.conv(self.filters, (3, 3), self.strides)(x))
         # Zero-initialised last scale: every block starts as the identity, which lets deep
         # nets trained from scratch take large learning rates (Goyal et al. 2017).
         y = self.norm(scale_init=nn.initializers.zeros)(self.conv(self.filters, (3, 3))(y))
@@ -52,8 +55,8 @@ class BottleneckBlock(nn.Module):
     @nn.compact
     def __call__(self, x):
         residual = x
-        y = nn.relu(self.norm()(self.conv(self.filters, (1, 1))(x)))
-        y = nn.relu(self.norm()(self.conv(self.filters, (3, 3), self.strides)(y)))
+        y = self.norm(relu=True)(self.conv(self.filters, (1, 1))(x))
+        y = self.norm(relu=True)(self.conv(self.filters, (3, 3), self.strides)(y))
         y = self.conv(self.filters * 4, (1, 1))(y)
         y = self.norm(scale_init=nn.initializers.zeros)(y)  # see BasicBlock
         if residual.shape != y.shape:
@@ -86,11 +89,11 @@ class ResNet(nn.Module):
     def __call__(self, x, train: bool = True):
         conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype,
                                  kernel_init=_he_normal)
-        norm = functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.9,
+        norm = functools.partial(BatchNorm, use_running_average=not train, momentum=0.9,
                                  epsilon=1e-5, dtype=self.dtype, axis_name=self.bn_axis_name)
         x = conv(self.num_filters, (7, 7), (2, 2), padding=[(3, 3), (3, 3)], name="conv_init")(x)
-        x = nn.relu(norm(name="bn_init")(x))
-        x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+        x = norm(name="bn_init", relu=True)(x)
+        x = max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
         for stage, num_blocks in enumerate(self.stage_sizes):
             for block in range(num_blocks):
                 strides = (2, 2) if stage > 0 and block == 0 else (1, 1)

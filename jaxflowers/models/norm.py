@@ -1,0 +1,126 @@
+"""Batch normalisation (optionally fused with the ReLU after it) with a hand-written backward.
+
+Same variables as ``flax.linen.BatchNorm`` (params ``scale``/``bias``, batch_stats
+``mean``/``var``, float32), same statistics (float32, ``E[x^2] - E[x]^2`` clipped at 0,
+pooled over ``axis_name`` when given) and the same running-average update, so models and
+checkpoints are interchangeable. What differs is the training-mode gradient: instead of
+differentiating through the statistics, the backward pass is the closed form
+
+    dx = scale * rstd / M * (M * dy - sum(dy) - xhat * sum(dy * xhat))
+
+computed from the saved input (compute dtype) and per-channel mean and 1/std only, with the
+ReLU mask recomputed from the input. Every pass over the activations reads bfloat16, and
+the backward is one two-output reduction plus one elementwise pass.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+F32 = jnp.float32
+
+
+def _stats(x, axis_name):
+    """Per-channel float32 mean and (biased) variance over every axis but the last."""
+    axes = tuple(range(x.ndim - 1))
+    xf = x.astype(F32)
+    moments = jnp.stack([xf.mean(axes), jnp.square(xf).mean(axes)])
+    if axis_name is not None:
+        moments = lax.pmean(moments, axis_name)
+    mean, mean2 = moments[0], moments[1]
+    return mean, jnp.maximum(mean2 - jnp.square(mean), 0.0)
+
+
+def _affine(x, mean, mul, bias, relu: bool, dtype):
+    y = (x.astype(F32) - mean) * mul + bias
+    return (jnp.maximum(y, 0.0) if relu else y).astype(dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def batch_norm_train(x, scale, bias, epsilon: float, axis_name, relu: bool):
+    """Training-mode batch norm of ``x`` (..., C): ``(y, mean, var)``.
+
+    ``mean`` and ``var`` (float32, (C,)) are the batch statistics for the running averages;
+    no gradient flows back through them (they must not feed the loss).
+    """
+    y, mean, var = _forward(x, scale, bias, epsilon, axis_name, relu)[0]
+    return y, mean, var
+
+
+def _forward(x, scale, bias, epsilon, axis_name, relu):
+    mean, var = _stats(x, axis_name)
+    rstd = lax.rsqrt(var + epsilon)
+    y = _affine(x, mean, rstd * scale, bias, relu, x.dtype)
+    return (y, mean, var), (x, mean, rstd, scale, bias)
+
+
+def _backward(epsilon, axis_name, relu, residuals, cotangents):
+    del epsilon
+    x, mean, rstd, scale, bias = residuals
+    dy = cotangents[0].astype(F32)
+    xhat = (x.astype(F32) - mean) * rstd
+    if relu:
+        dy = jnp.where(xhat * scale + bias > 0, dy, 0.0)
+    axes = tuple(range(x.ndim - 1))
+    dbias, dscale = dy.sum(axes), (dy * xhat).sum(axes)
+    count = x.size // x.shape[-1]
+    sums = jnp.stack([dbias, dscale])
+    if axis_name is not None:
+        # The statistics pooled every device's samples, so every device's loss depends on
+        # this device's inputs: the input gradient uses the global sums. The parameter
+        # gradients stay local (the step averages them across devices).
+        sums = lax.psum(sums, axis_name)
+        count = count * lax.psum(1, axis_name)
+    dx = (scale * rstd / count) * (count * dy - sums[0] - xhat * sums[1])
+    return dx.astype(x.dtype), dscale, dbias
+
+
+batch_norm_train.defvjp(_forward, _backward)
+
+
+class BatchNorm(nn.Module):
+    """``flax.linen.BatchNorm`` over the last axis, optionally followed by a fused ReLU.
+
+    Attributes:
+      use_running_average: evaluate with the running statistics (inference).
+      momentum: decay of the running averages (0.9 here, as in flax).
+      epsilon: added to the variance.
+      dtype: compute/output dtype; statistics and parameters are float32.
+      axis_name: mesh axis to pool statistics over (synchronised batch norm), or None.
+      relu: apply ReLU to the output (fused into the same passes).
+      scale_init, bias_init: initialisers of the (C,) parameters.
+
+    The running averages follow flax: ``ra = momentum * ra + (1 - momentum) * batch``.
+    """
+
+    use_running_average: bool = False
+    momentum: float = 0.9
+    epsilon: float = 1e-5
+    dtype: Any = F32
+    axis_name: str | None = None
+    relu: bool = False
+    scale_init: Callable = nn.initializers.ones
+    bias_init: Callable = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, x):
+        channels = x.shape[-1]
+        ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((channels,), F32))
+        ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((channels,), F32))
+        scale = self.param("scale", self.scale_init, (channels,), F32)
+        bias = self.param("bias", self.bias_init, (channels,), F32)
+        x = jnp.asarray(x, self.dtype)
+        if self.use_running_average:
+            mul = lax.rsqrt(ra_var.value + self.epsilon) * scale
+            return _affine(x, ra_mean.value, mul, bias, self.relu, self.dtype)
+        y, mean, var = batch_norm_train(x, scale, bias, self.epsilon, self.axis_name, self.relu)
+        if not self.is_initializing():
+            m = self.momentum
+            ra_mean.value = m * ra_mean.value + (1 - m) * lax.stop_gradient(mean)
+            ra_var.value = m * ra_var.value + (1 - m) * lax.stop_gradient(var)
+        return y
