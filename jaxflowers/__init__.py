@@ -17,7 +17,7 @@ _EXPORTS = {
     "classify": "jaxflowers.predict", "confusion_matrix": "jaxflowers.predict",
     "predict": "jaxflowers.predict", "scores_to_labels": "jaxflowers.predict",
     "TrainingInfo": "jaxflowers.progress", "TrainedNet": "jaxflowers.train",
-    "train": "jaxflowers.train",
+    "train": "jaxflowers.train", "enable_compilation_cache": "jaxflowers.compile_cache",
 }
 _SUBMODULES = ("data", "models", "monitor", "plots", "recipes", "sweep")
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])

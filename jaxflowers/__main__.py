@@ -108,6 +108,8 @@ def _train(args) -> int:
 
     import jaxflowers as jf
     from jaxflowers import recipes
+
+    jf.enable_compilation_cache()  # a second run loads its compiled programs
     from jaxflowers.parallel import select_devices
 
     model_name = args.model or ("resnet50" if args.data == "flowers" else "cifar_net")

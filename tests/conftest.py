@@ -10,6 +10,8 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_force_host_platform_device_count=4"
                            " --xla_backend_optimization_level=0").strip()
 os.environ["JAX_NUM_CPU_DEVICES"] = "4"
+# Tests stay hermetic: no persistent compilation cache unless a test asks for one.
+os.environ.setdefault("JAXFLOWERS_COMPILE_CACHE", "off")
 
 import jax  # noqa: E402  (must come after the environment above)
 import pytest  # noqa: E402
@@ -45,7 +47,8 @@ def digits():
 
 @pytest.fixture
 def count_decodes(monkeypatch):
-    """Counts calls of the decode function that the resize cache build uses."""
+    """Counts calls of the decode function that the resize cache build uses, in this
+    process only: a build in decode processes (many local files) counts nothing here."""
     from jaxflowers.data import cache as cache_lib
 
     calls = []

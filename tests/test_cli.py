@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def test_main_job_trains_on_embedded_digits_to_95_percent(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg",
                XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               PYTHONPATH=str(ROOT))
+               PYTHONPATH=str(ROOT), JAXFLOWERS_COMPILE_CACHE=str(tmp_path / "xla"))
     result = subprocess.run([sys.executable, "-m", "jaxflowers", "train"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -23,6 +23,7 @@ def test_main_job_trains_on_embedded_digits_to_95_percent(tmp_path):
     assert re.search(r"\|\s+10 \|\s+\d+ \|", out)  # the table reached epoch 10
     accuracy = float(re.search(r"Test accuracy: ([\d.]+)% \(\d+ images\)", out).group(1))
     assert accuracy >= 95.0, out[-2000:]
+    assert any((tmp_path / "xla").iterdir())  # compiled programs kept for the next run
 
 
 def test_cli_rejects_unknown_model():

@@ -40,8 +40,15 @@ def train_job(*, data, model, options, seed: int | None = None):
     Every ``output_fn`` message of ``train`` ({"state", "iteration", "epoch", "loss",
     "accuracy", "learn_rate"}, plus "validation_loss"/"validation_accuracy" after a
     validation) is forwarded with ``report``, so ``DevicePool.after_each`` sees it.
+
+    Compiled programs are shared through the persistent compilation cache
+    (``enable_compilation_cache``), so a job that repeats an earlier job's network and
+    shapes loads them instead of compiling.
     """
+    from jaxflowers.compile_cache import enable_compilation_cache
     from jaxflowers.train import train  # robust whether or not jaxflowers/__init__ is lazy
+
+    enable_compilation_cache()
 
     train_set, validation_set = load_data(data)
     module = build_model(model, num_classes=len(train_set.class_names))

@@ -1,0 +1,50 @@
+"""The persistent compilation cache: a second process loads what the first compiled."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PROGRAM = """
+import jaxflowers as jf
+print(jf.enable_compilation_cache(min_compile_time_s=0))
+import jax, jax.numpy as jnp
+print(float(jax.jit(lambda x: jnp.sin(x) @ jnp.cos(x).T)(jnp.ones((64, 64))).sum()))
+"""
+
+
+def _run(env):
+    result = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.split()
+
+
+def test_second_process_reuses_the_cached_programs(tmp_path):
+    cache = tmp_path / "xla"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
+               JAXFLOWERS_COMPILE_CACHE=str(cache))
+    folder, value = _run(env)
+    assert pathlib.Path(folder) == cache
+    entries = sorted(p.name for p in cache.iterdir())
+    assert entries  # the jitted program (and JAX's helpers) were stored
+    assert _run(env) == [folder, value]
+    assert sorted(p.name for p in cache.iterdir()) == entries  # loaded, nothing new compiled
+
+
+def test_off_in_the_environment_leaves_the_cache_off(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
+               JAXFLOWERS_COMPILE_CACHE="off", JAXFLOWERS_CACHE_DIR=str(tmp_path))
+    folder, _ = _run(env)
+    assert folder == "None" and not any(tmp_path.iterdir())
+
+
+def test_default_folder_is_inside_the_jaxflowers_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAXFLOWERS_COMPILE_CACHE", raising=False)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
+               JAXFLOWERS_CACHE_DIR=str(tmp_path))
+    env.pop("JAXFLOWERS_COMPILE_CACHE", None)
+    folder, _ = _run(env)
+    assert pathlib.Path(folder) == tmp_path / "xla" and any((tmp_path / "xla").iterdir())
