@@ -1,6 +1,7 @@
 """How fast ImageFolder builds and reopens its resize cache, and how much memory a build takes.
 
     python benchmarks/cache_build.py [--data ../shared/data] [--repeats 3] [--json out.json]
+    python benchmarks/cache_build.py --files 6000 [--size 32] [--repeats 3] [--json out.json]
 
 1. Flowers sample (200 JPEGs, 143-1024 px wide) resized to 224x224: a cold build into a
    fresh cache folder (median of ``--repeats``; the source JPEGs sit in the OS page cache
@@ -10,6 +11,12 @@
 3. Peak resident memory of a fresh process that builds the caches of the CIFAR-10 sample
    (5,000 train + 1,000 test JPEGs at 32x32): ``ru_maxrss`` before and after the builds,
    and tracemalloc's peak of Python and numpy allocations during them.
+
+With ``--files N`` only this runs instead: N synthetic 32x32 PNGs (10 class folders, a
+seeded gradient plus noise, like CIFAR-10 photos) written to a temporary folder, then
+built into a fresh cache at ``--size`` in threads and in decode processes (median of
+``--repeats`` each, alternating), as images/s. The PNGs were just written, so they sit in
+the OS page cache: this measures decoding and writing, not the disk.
 """
 from __future__ import annotations
 
@@ -28,6 +35,11 @@ import tracemalloc
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from jaxflowers.data import cache as cache_lib  # noqa: E402
+from jaxflowers.data import decode  # noqa: E402
 from jaxflowers.data.folder import ImageFolder  # noqa: E402
 
 DEFAULT_DATA = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -87,15 +99,62 @@ def cifar(data: pathlib.Path) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _write_pngs(root: pathlib.Path, count: int) -> list[str]:
+    """``count`` 32x32 RGB PNGs in 10 class folders; their paths in row order."""
+    rng = np.random.default_rng(0)
+    ramp = np.linspace(0, 160, 32)[None, :, None] + np.linspace(0, 60, 3)
+    paths = []
+    for i in range(count):
+        folder = root / f"class{i % 10}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = np.clip(ramp + rng.normal(0, 25, (32, 32, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(folder / f"{i:06d}.png")
+        paths.append(str(folder / f"{i:06d}.png"))
+    return paths
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def synthetic(count: int, size: int, repeats: int) -> dict:
+    """Cold builds of ``count`` synthetic PNGs in threads and in processes, median seconds."""
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        files = _write_pngs(pathlib.Path(tmp) / "pngs", count)
+        for repeat in range(repeats):
+            for processes in (False, True):
+                start = time.perf_counter()
+                cache_lib.open_or_build(files, [""] * count, _read, image_size=(size, size),
+                                        cache_dir=f"{tmp}/cache-{processes}-{repeat}",
+                                        processes=processes)
+                seconds[processes].append(time.perf_counter() - start)
+    out = {"files": count, "image_size": size, "threads": cache_lib.default_workers(),
+           "processes": min(decode.default_processes(), count),
+           "auto_uses_processes": decode.use_processes(count)}
+    for processes, name in ((False, "threads"), (True, "processes")):
+        median = statistics.median(seconds[processes])
+        out[f"{name}_build_s"], out[f"{name}_images_per_s"] = median, count / median
+        out[f"{name}_build_s_all"] = seconds[processes]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=pathlib.Path, default=DEFAULT_DATA)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=pathlib.Path, help="write the raw numbers here")
+    parser.add_argument("--files", type=int, help="time threads against processes on this "
+                        "many synthetic PNGs (and nothing else)")
+    parser.add_argument("--size", type=int, default=32, help="cache image size for --files")
     parser.add_argument("--cifar-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cifar_child:
         print(json.dumps(cifar_child(args.data.resolve())))
+        return
+    if args.files:
+        _report_synthetic(synthetic(args.files, args.size, args.repeats), args)
         return
     data = args.data.resolve()
     result = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
@@ -109,6 +168,22 @@ def main() -> None:
           f"({c['images_per_s']:.0f} images/s); peak RSS {c['maxrss_after_mib']:.0f} MiB "
           f"(after imports {c['maxrss_before_mib']:.0f} MiB); "
           f"tracemalloc peak {c['tracemalloc_peak_mib']:.1f} MiB")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+def _report_synthetic(result: dict, args) -> None:
+    result = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+              "available_cpus": decode.available_cpus(), **result}
+    print(f"{result['cpus']} CPUs ({result['machine']}), {result['available_cpus']} available")
+    for name in ("threads", "processes"):
+        print(f"{result['files']} synthetic 32x32 PNGs -> {args.size}x{args.size}, "
+              f"{result[name]} {name}: build {result[f'{name}_build_s']:.2f} s "
+              f"({result[f'{name}_images_per_s']:.0f} images/s, median of {args.repeats})")
+    print(f"speed-up of processes over threads: "
+          f"{result['threads_build_s'] / result['processes_build_s']:.2f}x; a build of this "
+          f"many local files uses {'processes' if result['auto_uses_processes'] else 'threads'}"
+          " by default here")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 

@@ -1,5 +1,7 @@
 """The resize cache: reuse without decoding, keys, integrity, atomic process-safe builds."""
+import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -177,3 +179,135 @@ def test_two_processes_building_at_once_leave_one_valid_cache(tmp_path):
     assert sorted(os.path.splitext(f)[1] for f in files) == [".json", ".lock", ".npy"], files
     ds = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
     assert int(ds.images.astype("int64").sum()) == sums[0]
+
+
+def _mixed_folder(root):
+    """Random-pixel PNGs of several sizes and modes (RGB, L, P, RGBA), so a build resizes
+    and converts: what the decode processes write must match the threads to the byte."""
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(("a", "b")):
+        (root / name).mkdir(parents=True)
+        for i in range(5):
+            image = Image.fromarray(rng.integers(0, 256, (7 + 2 * c, 9 + 3 * i, 3), np.uint8))
+            image = (image, image.convert("L"), image.convert("P"), image.convert("RGBA"))[i % 4]
+            image.save(root / name / f"{i}.png")
+    return root
+
+
+def _treat_as_many(monkeypatch):
+    """From now on, 4 local files are "many" and this machine has CPUs to spare."""
+    from jaxflowers.data import decode
+
+    monkeypatch.setattr(decode, "PROCESS_MIN_FILES", 4)
+    monkeypatch.setattr(decode, "PROCESS_MIN_CPUS", 1)
+
+
+@pytest.fixture
+def many_files(monkeypatch):
+    """Builds of 4 or more local files run in decode processes."""
+    _treat_as_many(monkeypatch)
+
+
+def test_a_build_in_processes_equals_one_in_threads_to_the_byte(tmp_path, count_decodes,
+                                                                  monkeypatch):
+    root = _mixed_folder(tmp_path / "r")
+    threads = ImageFolder(root, image_size=(6, 8), cache_dir=tmp_path / "t", workers=3)
+    assert len(threads.images) == 10 and len(count_decodes) == 10
+    _treat_as_many(monkeypatch)
+    processes = ImageFolder(root, image_size=(6, 8), cache_dir=tmp_path / "p", workers=3)
+    np.testing.assert_array_equal(processes.images, threads.images)
+    assert len(count_decodes) == 10, "3 decode processes decode, not this process's threads"
+    with open(threads.cache_path, "rb") as t, open(processes.cache_path, "rb") as p:
+        assert t.read() == p.read()
+    files = list(threads.files)  # forced either way through open_or_build, 2 processes
+    forced = cache_lib.open_or_build(files, ["x"] * 10, _no_reading, image_size=(6, 8),
+                                     workers=2, cache_dir=tmp_path / "f", processes=True)
+    np.testing.assert_array_equal(forced.images, threads.images)
+
+
+def _no_reading(path):
+    raise AssertionError(f"decode processes read {path} themselves")
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _two_bad_files(root):
+    _folder(root, per_class=4)
+    (root / "a" / "1.png").write_bytes(b"not an image")
+    noise = np.random.default_rng(0).integers(0, 256, (30, 40, 3), np.uint8)
+    Image.fromarray(noise).save(root / "b" / "2.png")
+    whole = (root / "b" / "2.png").read_bytes()
+    (root / "b" / "2.png").write_bytes(whole[:len(whole) // 2])  # a truncated download
+    return root
+
+
+def _without_addresses(reasons):
+    return {row: re.sub(r" at 0x[0-9a-f]+", "", why) for row, why in reasons.items()}
+
+
+def test_bad_files_are_skipped_and_named_from_decode_processes(tmp_path, many_files,
+                                                               count_decodes):
+    root = _two_bad_files(tmp_path / "r")
+    files = [str(root / c / f"{i}.png") for c in "ab" for i in range(4)]
+    built = {processes: cache_lib.open_or_build(files, ["x"] * 8, _read, image_size=(4, 5),
+                                                cache_dir=tmp_path / str(processes),
+                                                workers=2, on_error="skip",
+                                                processes=processes)
+             for processes in (False, True)}
+    assert sorted(built[True].failed) == [1, 6]
+    assert _without_addresses(built[True].failed) == _without_addresses(built[False].failed)
+    np.testing.assert_array_equal(built[True].images, built[False].images)
+    with pytest.warns(UserWarning, match="skipped 2 undecodable image"):
+        ds = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c", workers=2,
+                         on_error="skip")
+        assert len(ds) == 6
+    assert len(count_decodes) == 8, "only the threads' build decodes in this process"
+    assert [os.path.basename(p) for p, _ in ds.skipped] == ["1.png", "2.png"]
+    assert "UnidentifiedImageError" in ds.skipped[0][1] and "truncated" in ds.skipped[1][1]
+    assert ds.images[:, 0, 0].tolist() == [e for i, e in enumerate(_expected(4)) if i not in (1, 6)]
+
+
+def test_a_bad_file_in_a_decode_process_raises_and_leaves_no_cache(tmp_path, many_files,
+                                                                   count_decodes):
+    root = _two_bad_files(tmp_path / "r")
+    ds = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c", workers=2)
+    with pytest.raises(OSError, match=r"cannot read image .*(a/1|b/2)\.png: .* on_error='skip'"):
+        ds.images
+    assert [f for f in os.listdir(tmp_path / "c") if not f.endswith(".lock")] == []
+    assert count_decodes == []
+
+
+def test_a_decode_process_writes_its_rows_and_imports_no_jax(tmp_path):
+    root = _folder(tmp_path / "r", per_class=2)
+    files = [str(root / c / f"{i}.png") for c in "ab" for i in range(2)]
+    shape = (4, 4, 5, 3)
+    path = str(tmp_path / "cache.npy")
+    offset = cache_lib._allocate(path, shape)
+    job = {"path": path, "offset": offset, "shape": shape, "first": 2, "files": files[2:],
+           "stop_at_error": True}
+    code = ("import sys\nfrom jaxflowers.data import decode\ndecode.main()\n"
+            "assert 'jax' not in sys.modules, 'the decode process imported jax'\n")
+    result = subprocess.run([sys.executable, "-c", code], input=json.dumps(job), cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+        {"done": 2, "failed": []}]
+    images = np.load(path, mmap_mode="r")
+    assert images[:2].max() == 0, "rows of other processes are left alone"
+    assert images[2:, 0, 0].tolist() == _expected(2)[2:]
+
+
+def test_a_decode_process_that_dies_fails_the_build_with_its_stderr(tmp_path, monkeypatch):
+    from jaxflowers.data import decode
+
+    root = _folder(tmp_path / "r", per_class=3)
+    monkeypatch.setattr(decode, "_MODULE", "jaxflowers.data.no_such_module")  # dies at start
+    with pytest.raises(RuntimeError, match=r"(?s)exited with status 1 after 0 of its 3 images.*"
+                                           r"No module named"):
+        cache_lib.open_or_build([str(p) for p in sorted(root.glob("*/*.png"))], ["x"] * 6,
+                                _read, image_size=(4, 5), cache_dir=tmp_path / "c", workers=2,
+                                processes=True)
+    assert [f for f in os.listdir(tmp_path / "c") if not f.endswith(".lock")] == []

@@ -88,6 +88,12 @@ def test_cli_sweep_on_real_photos_in_train_and_test_folders(tmp_path, shared_dat
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     _check_outputs(result.stdout, [1], tmp_path / "out")
     assert re.search(r"^Test accuracy of depth 1: [\d.]+% \(200 images\)$", result.stdout, re.M)
+    # The caller built both caches before the job started; the job only opened them.
+    assert re.search(r"^Prepared the data in [\d.]+ s \(800 images in 2 resize cache\(s\)\)$",
+                     result.stdout, re.M), result.stdout
+    assert "Resizing 600 images" in result.stderr and "Resizing 200 images" in result.stderr
+    [log] = (tmp_path / "out" / "sweep-logs").glob("job-*.log")
+    assert "Training on 1 x cpu" in log.read_text() and "Resizing" not in log.read_text()
 
 
 @pytest.mark.slow
@@ -125,6 +131,34 @@ def test_the_caller_imports_no_jax_before_its_jobs_start(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(),
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_the_caller_builds_the_folder_caches_without_importing_jax(tmp_path, monkeypatch,
+                                                                   count_decodes):
+    photos = tmp_path / "photos"
+    for part, count in (("train", 10), ("test", 2)):
+        for c, name in enumerate(("cat", "dog")):
+            (photos / part / name).mkdir(parents=True)
+            for i in range(count):
+                Image.new("RGB", (40, 30), (100 * c, 20 * i, 50)).save(
+                    photos / part / name / f"{i}.png")
+    code = ("import sys\nfrom jaxflowers.sweep import example\n"
+            f"plan = example.data_plan({str(photos)!r})\n"
+            "folders = example.prepare_data(plan)\n"
+            "assert 'jax' not in sys.modules, 'preparing the data imported jax'\n"
+            "print(*(len(f) for f in folders))\n")
+    cache = tmp_path / "cache"
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                            env=_env(JAXFLOWERS_CACHE_DIR=str(cache)), text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["20", "4"] and "Resizing 20 images" in result.stderr
+    monkeypatch.setenv("JAXFLOWERS_CACHE_DIR", str(cache))
+    train, validation, test = example.load_sets(example.data_plan(str(photos)))  # a job's load
+    assert sum(len(s.images) for s in (train, validation, test)) == 24
+    assert count_decodes == [], "a job must find every cache built"
+    (photos / "test" / "dog" / "1.png").write_bytes(b"not a png")
+    with pytest.raises(example.DataUnavailableError, match=r"cannot prepare .*test.*dog/1\.png"):
+        example.prepare_data(example.data_plan(str(photos)))
 
 
 def test_data_plans_pass_data_by_reference(tmp_path, shared_data):

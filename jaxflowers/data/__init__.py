@@ -1,13 +1,30 @@
-"""Data: image sets and folders, the embedded digits, downloads, TFDS, on-device augmentation."""
-from jaxflowers.data.augment import Augmentation
-from jaxflowers.data.cache import decode_image
-from jaxflowers.data.download import (ChecksumError, DownloadError, UnsafeArchiveError,
-                                      download_and_extract, download_flowers)
-from jaxflowers.data.embedded import digits
-from jaxflowers.data.folder import ImageFolder
-from jaxflowers.data.imageset import ImageSet
-from jaxflowers.data.tfds import TfdsImages, tfds_source
+"""Data: image sets and folders, the embedded digits, downloads, TFDS, on-device augmentation.
 
-__all__ = ["Augmentation", "ChecksumError", "DownloadError", "ImageFolder", "ImageSet",
-           "TfdsImages", "UnsafeArchiveError", "decode_image", "digits", "download_and_extract",
-           "download_flowers", "tfds_source"]
+Names load on first use (PEP 562), as in the top-level package: only ``Augmentation``
+needs JAX, so a sweep's caller can build resize caches with ``ImageFolder`` and the
+cache's decode processes can start without importing it.
+"""
+import importlib
+
+_EXPORTS = {
+    "Augmentation": "jaxflowers.data.augment", "decode_image": "jaxflowers.data.cache",
+    "ChecksumError": "jaxflowers.data.download", "DownloadError": "jaxflowers.data.download",
+    "UnsafeArchiveError": "jaxflowers.data.download",
+    "download_and_extract": "jaxflowers.data.download",
+    "download_flowers": "jaxflowers.data.download", "digits": "jaxflowers.data.embedded",
+    "ImageFolder": "jaxflowers.data.folder", "ImageSet": "jaxflowers.data.imageset",
+    "TfdsImages": "jaxflowers.data.tfds", "tfds_source": "jaxflowers.data.tfds",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

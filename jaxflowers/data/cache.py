@@ -14,9 +14,11 @@ first time and reusing it afterwards, across runs and processes.
 * **Integrity.** A sidecar ``<stem>.json`` holds the key, shape, dtype and the sha256 of the
   whole ``.npy`` file. A cache whose bytes no longer match is rebuilt with a warning, never
   used.
-* **Fast.** Images are read and decoded in a thread pool (PIL releases the GIL while it
-  decodes and resizes) and written straight into the file with ``os.pwrite``, so memory
-  stays flat however large the set.
+* **Fast.** Images are read, decoded and written straight into the file with ``os.pwrite``,
+  so memory stays flat however large the set. Many local files on a machine with more than
+  two cores are decoded in worker processes (:mod:`jaxflowers.data.decode`): decoding and
+  resizing small images is mostly Python holding the GIL, so threads stop scaling at a few
+  cores. Otherwise (small sets, remote sources) a thread pool does it.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ import os
 import re
 import secrets
 import warnings
-from typing import Callable, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -132,7 +134,8 @@ def cache_key(files: Sequence[str], fingerprints: Sequence[str],
 def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
                   read: Callable[[str], bytes], *, image_size: tuple[int, int],
                   cache_dir: str | os.PathLike | None = None, name: str = "images",
-                  workers: int | None = None, on_error: str = "raise") -> ResizeCache:
+                  workers: int | None = None, on_error: str = "raise",
+                  processes: bool | None = False) -> ResizeCache:
     """The resize cache of ``files``: opened if a valid one exists, else built (once).
 
     Args:
@@ -142,9 +145,14 @@ def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
       image_size: (height, width) of every cached image.
       cache_dir: folder for the cache; default :func:`default_cache_dir`.
       name: readable prefix of the cache's file names (the folder's name).
-      workers: decoding threads; default :func:`default_workers`.
+      workers: decoding threads, or processes when decoding in processes; default
+        :func:`default_workers` threads or ``decode.default_processes()`` processes.
       on_error: ``"raise"``: a file that cannot be read or decoded raises ``OSError``
         naming it; ``"skip"``: it is recorded in ``ResizeCache.failed``.
+      processes: build in decode processes, which read ``files`` as local paths
+        themselves (not through ``read``), or in threads (False). None (for local files
+        only) decides: processes for at least ``decode.PROCESS_MIN_FILES`` files on at
+        least ``decode.PROCESS_MIN_CPUS`` CPUs.
 
     Returns:
       A :class:`ResizeCache` whose ``images`` is uint8 (N, height, width, 3).
@@ -162,12 +170,31 @@ def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
                 if problem:
                     warnings.warn(f"resize cache {stem}.npy is invalid ({problem}); rebuilding it",
                                   stacklevel=2)
-                cache = _build(stem, key, files, read, shape, workers, on_error)
+                how = _Decoding(read, workers, on_error, processes)
+                cache = _build(stem, key, files, shape, how)
     if on_error == "raise" and cache.failed:
         row, reason = min(cache.failed.items())
-        raise OSError(f"cannot read image {files[row]}: {reason} (recorded in {cache.path}); "
-                      "pass on_error='skip' to leave such files out")
+        raise read_error(files[row], f"{reason} (recorded in {cache.path})")
     return cache
+
+
+def read_error(file: str, reason: str) -> OSError:
+    """The error of ``on_error="raise"`` for a file that could not be read or decoded."""
+    return OSError(f"cannot read image {file}: {reason}; "
+                   "pass on_error='skip' to leave such files out")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """How ``ResizeCache.failed`` words the error of one file: ``"OSError: ..."``."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _Decoding(NamedTuple):
+    """How a build decodes: the reader, the worker count and kind, and what an error does."""
+    read: Callable[[str], bytes]  # used by threads; processes read local files themselves
+    workers: int | None  # threads or processes; None: the default of the kind
+    on_error: str
+    processes: bool | None  # None: decided by decode.use_processes
 
 
 def _slug(name: str) -> str:
@@ -217,15 +244,15 @@ def _sha256(path: str) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _build(stem: str, key: str, files: Sequence[str], read: Callable[[str], bytes],
-           shape: tuple[int, ...], workers: int | None, on_error: str) -> ResizeCache:
+def _build(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
+           how: _Decoding) -> ResizeCache:
     """Decode ``files`` into ``stem.npy`` (+ sidecar) atomically; the caller holds the lock."""
     for stale in glob.glob(glob.escape(stem) + ".*.tmp-*"):  # left by a killed builder
         os.remove(stale)
     tmp = f"{stem}.npy.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         offset = _allocate(tmp, shape)
-        failed = _decode_into(tmp, offset, files, read, shape, workers, on_error)
+        failed = _decode_into(tmp, offset, files, shape, how)
         info = {"format": FORMAT_VERSION, "key": key, "shape": list(shape), "dtype": "uint8",
                 "method": RESIZE_METHOD, "sha256": _sha256(tmp), "files": len(files),
                 "failed": {str(k): v for k, v in sorted(failed.items())}}
@@ -255,30 +282,53 @@ def _write_json_atomic(path: str, info: dict) -> None:
     os.replace(tmp, path)
 
 
-def _decode_into(path: str, offset: int, files: Sequence[str], read: Callable[[str], bytes],
-                 shape: tuple[int, ...], workers: int | None, on_error: str) -> dict[int, str]:
-    """Decode every file into its row of ``path`` in a thread pool; return ``{row: reason}``."""
-    workers = workers or default_workers()
-    # Tasks of several rows: one future per tiny image (CIFAR) costs more than decoding it.
-    step = max(1, min(32, len(files) // (8 * workers)))
+def _decode_into(path: str, offset: int, files: Sequence[str], shape: tuple[int, ...],
+                 how: _Decoding) -> dict[int, str]:
+    """Decode every file into its row of ``path``; return ``{row: reason}`` of failures."""
+    from jaxflowers.data import decode
+
+    desc = f"Resizing {len(files)} images to {shape[1]}x{shape[2]}"
+    in_processes = how.processes
+    if in_processes is None:
+        in_processes = decode.use_processes(len(files))
     fd = os.open(path, os.O_WRONLY)
-    pool = concurrent.futures.ThreadPoolExecutor(workers)
     try:
-        decode = functools.partial(_decode_rows, fd, offset, files, read, shape)
-        chunks = [range(i, min(i + step, len(files))) for i in range(0, len(files), step)]
-        futures = {pool.submit(decode, rows): rows for rows in chunks}
-        failed = _collect(futures, files, on_error,
-                          f"Resizing {len(files)} images to {shape[1]}x{shape[2]}")
-        os.fsync(fd)
+        if in_processes:
+            failed = decode.decode_in_processes(
+                path, offset, files, shape, processes=how.workers or decode.default_processes(),
+                on_error=how.on_error, desc=desc)
+        else:
+            failed = _decode_in_threads(fd, offset, files, how.read, shape,
+                                        how.workers or default_workers(), how.on_error, desc)
+        os.fsync(fd)  # flushes the file's pages, whichever process wrote them
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # before closing fd: no late writes
         os.close(fd)
     return failed
 
 
-def _decode_rows(fd: int, offset: int, files: Sequence[str], read: Callable[[str], bytes],
-                 shape: tuple[int, ...], rows: range) -> dict[int, Exception]:
-    """Decode ``rows`` into the file ``fd``; return the exception of each row that failed."""
+def _decode_in_threads(fd: int, offset: int, files: Sequence[str],
+                       read: Callable[[str], bytes], shape: tuple[int, ...], workers: int,
+                       on_error: str, desc: str) -> dict[int, str]:
+    """Decode every file into its row of the file ``fd`` in a thread pool; ``{row: reason}``."""
+    # Tasks of several rows: one future per tiny image (CIFAR) costs more than decoding it.
+    step = max(1, min(32, len(files) // (8 * workers)))
+    pool = concurrent.futures.ThreadPoolExecutor(workers)
+    try:
+        decode = functools.partial(decode_rows, fd, offset, files, read, shape)
+        chunks = [range(i, min(i + step, len(files))) for i in range(0, len(files), step)]
+        futures = {pool.submit(decode, rows): rows for rows in chunks}
+        return _collect(futures, files, on_error, desc)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # before the caller closes fd
+
+
+def decode_rows(fd: int, offset: int, files: Sequence[str] | Mapping[int, str],
+                read: Callable[[str], bytes], shape: tuple[int, ...],
+                rows: range) -> dict[int, Exception]:
+    """Decode ``rows`` into the file ``fd``; return the exception of each row that failed.
+
+    ``files[row]`` names the file of each row (a decode process gets only its own rows).
+    """
     failed = {}
     for row in rows:
         try:
@@ -298,9 +348,8 @@ def _collect(futures: dict, files: Sequence[str], on_error: str, desc: str) -> d
     with tqdm(total=len(files), desc=desc, unit="img") as bar:
         for future in concurrent.futures.as_completed(futures):
             for row, exc in sorted(future.result().items()):
-                failed[row] = f"{type(exc).__name__}: {exc}"
+                failed[row] = failure_reason(exc)
                 if on_error == "raise":
-                    raise OSError(f"cannot read image {files[row]}: {failed[row]}; "
-                                  "pass on_error='skip' to leave such files out") from exc
+                    raise read_error(files[row], failed[row]) from exc
             bar.update(len(futures[future]))
     return failed

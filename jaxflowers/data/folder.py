@@ -58,7 +58,8 @@ class ImageFolder:
         ``"skip"`` (left out and listed in ``skipped``).
       cache_dir: where the resize cache lives; default ``$JAXFLOWERS_CACHE_DIR`` or
         ``~/.cache/jaxflowers``.
-      workers: threads that list and decode; default ``min(32, cpu_count + 4)``.
+      workers: threads that list and decode, or processes that decode a large local folder;
+        default ``min(32, cpu_count + 4)`` threads, one process per CPU (at most 32).
       storage_options: keyword arguments for the fsspec file system of a URL root.
 
     Attributes:
@@ -364,7 +365,8 @@ class _Source:
                 cache = cache_lib.open_or_build(
                     self.scan.files, self.scan.fingerprints, self.source.read,
                     image_size=self.image_size, cache_dir=self.cache_dir, name=self.source.name,
-                    workers=self.workers, on_error=self.on_error)
+                    workers=self.workers, on_error=self.on_error,
+                    processes=None if isinstance(self.source, _LocalFolder) else False)
                 self._check_failed(cache.failed)
                 keep = np.ones(len(self.scan.files), bool)
                 keep[list(cache.failed)] = False

@@ -8,9 +8,11 @@ its confusion chart and the progress grid as PNGs.
 
 The data travel to the jobs by reference (a small JSON "plan": a data spec plus split
 parameters and a seed); every worker loads and splits the data itself, deterministically,
-and the caller rebuilds the same test set after the jobs end. Nothing here imports JAX
-before the jobs are submitted: a caller that initialised a GPU backend first would hold
-memory on the GPUs its workers need.
+and the caller rebuilds the same test set after the jobs end. Folder data are decoded
+into their resize caches by the caller before any job starts (:func:`prepare_data`), so
+the workers only open finished caches. Nothing here imports JAX before the jobs are
+submitted: a caller that initialised a GPU backend first would hold memory on the GPUs
+its workers need.
 """
 from __future__ import annotations
 
@@ -127,6 +129,47 @@ def load_sets(plan: Mapping) -> tuple[Any, Any, Any]:
     return train, validation, test
 
 
+def prepare_data(plan: Mapping) -> list:
+    """Build (or open) the resize cache of every folder in ``plan``, here; imports no JAX.
+
+    ``run_sweep`` calls it before submitting any job. Otherwise the first worker would
+    decode every image while the others wait on the cache's lock; here the caller
+    decodes (in processes, for a large folder) and the workers only open the caches.
+
+    Args:
+      plan: a :func:`data_plan`.
+
+    Returns:
+      The ``ImageFolder`` of each folder spec in ``plan``, caches ready (none for
+      "digits" or CIFAR-10).
+
+    Raises:
+      DataUnavailableError: a folder cannot be read or holds an undecodable image.
+    """
+    folders = []
+    for part in ("source", "train", "test"):
+        spec = plan.get(part)
+        if isinstance(spec, Mapping) and "folder" in spec:
+            try:
+                folder, _ = load_data(spec)  # the ImageFolder the workers will construct
+                folder.cache_path  # builds the cache, or opens a valid one
+            except (OSError, ValueError) as error:
+                raise DataUnavailableError(f"cannot prepare {spec['folder']}: {error}"
+                                           ) from error
+            folders.append(folder)
+    return folders
+
+
+def _prepare(plan: Mapping, stream: TextIO) -> None:
+    """:func:`prepare_data`, and one line saying how long it took."""
+    start = time.perf_counter()
+    folders = prepare_data(plan)
+    what = (f"{sum(map(len, folders)):,} images in {len(folders)} resize cache(s)" if folders
+            else "nothing to decode")
+    print(f"Prepared the data in {time.perf_counter() - start:.1f} s ({what})", file=stream,
+          flush=True)
+
+
 # ---------------------------------------------------------------- the job
 
 def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
@@ -222,7 +265,8 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "cifar10", ep
       A :class:`SweepResult`. Failed or cancelled jobs are reported and skipped.
 
     Raises:
-      DataUnavailableError: before any job starts, when ``data`` cannot be loaded.
+      DataUnavailableError: before any job starts, when ``data`` cannot be loaded (a
+        folder with an undecodable image, too).
       ValueError: no depth, a depth or ``epochs`` below 1.
     """
     start, stream = time.perf_counter(), stream or sys.stdout
@@ -231,6 +275,7 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "cifar10", ep
         raise ValueError(f"run_sweep(depths={depths}, epochs={epochs}): need at least one "
                          "depth, every depth and epochs >= 1")
     plan = data_plan(data, seed=seed)
+    _prepare(plan, stream)  # before any job: the workers then only open finished caches
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with DevicePool(devices, jobs_per_device, log_dir=out / "sweep-logs") as pool:

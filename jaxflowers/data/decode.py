@@ -1,0 +1,212 @@
+"""Build a resize cache in worker processes: the process side of :mod:`jaxflowers.data.cache`.
+
+PIL decodes and resizes a small image in a fraction of a millisecond, and much of what a
+row costs around that (opening the file, PIL's plugin dispatch, numpy, the write) is
+Python holding the GIL, so a thread pool stops scaling at a few cores: 2,100-3,000
+images/s for 50,000 small PNGs on 32 cores. For many local files the cache therefore
+splits the rows into one contiguous run per worker process; each worker opens the
+half-built cache file itself and writes its rows with ``os.pwrite``. Only file names go
+in (JSON on stdin) and only row counts and per-file errors come back (JSON lines on
+stdout); no image crosses a pipe.
+
+The workers are plain ``python -m jaxflowers.data.decode`` subprocesses, like the sweep's,
+not a ``multiprocessing`` pool: ``fork`` is unsafe in a caller with threads, and
+``spawn``/``forkserver`` re-run the caller's ``__main__`` script in every worker. A script
+without an ``if __name__ == "__main__":`` guard would then build the same cache in each
+worker and wait for ever on the lock its parent holds. Nothing here imports JAX.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Iterator, Sequence
+
+from jaxflowers.data import cache as cache_lib
+
+# Fewer files: starting the workers (~0.3 s each, side by side) costs about what they
+# save; about the break-even for small PNGs on 2 CPUs (benchmarks/cache_build.py --files).
+PROCESS_MIN_FILES = 2_000
+# Fewer CPUs: threads, so small machines (CI, a laptop) never pay the start-up; on 2
+# shared CPUs processes measured 0.8x to 1.7x the threads' speed at 6,000 PNGs.
+PROCESS_MIN_CPUS = 3
+_BATCH = 32  # rows between two progress messages of a worker
+_MODULE = "jaxflowers.data.decode"
+# The folder holding the ``jaxflowers`` package, put on the workers' PYTHONPATH so
+# ``python -m jaxflowers.data.decode`` works from a source checkout too.
+_PACKAGE_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def default_processes() -> int:
+    """Decode processes of a build: one per available CPU, at most 32."""
+    return min(32, available_cpus())
+
+
+def use_processes(num_files: int) -> bool:
+    """Whether ``num_files`` local files are worth decoding in processes on this machine."""
+    return num_files >= PROCESS_MIN_FILES and available_cpus() >= PROCESS_MIN_CPUS
+
+
+def decode_in_processes(path: str, offset: int, files: Sequence[str], shape: tuple[int, ...],
+                        *, processes: int, on_error: str, desc: str) -> dict[int, str]:
+    """Decode local ``files`` into their rows of the ``.npy`` file ``path`` in processes.
+
+    Args:
+      path: the cache file being built, already its full size; row ``i`` starts at
+        ``offset + i * H * W * 3``.
+      offset: the byte offset of the array data in ``path``.
+      files: N local paths, in row order.
+      shape: (N, H, W, 3).
+      processes: worker processes (at most N are started).
+      on_error: ``"raise"``: the first file that fails raises ``OSError`` naming it and
+        stops the workers; ``"skip"``: every failure is returned.
+      desc: the progress bar's label.
+
+    Returns:
+      ``{row: "ErrorType: message"}`` of the files that could not be read or decoded.
+
+    Raises:
+      OSError (``on_error="raise"``); RuntimeError when a worker dies or stops early.
+    """
+    from tqdm.auto import tqdm
+
+    count = min(processes, len(files))
+    bounds = [len(files) * i // count for i in range(count + 1)] if count else [0]
+    runs = list(zip(bounds[:-1], bounds[1:]))
+    workers: list[_Worker] = []
+    failed: dict[int, str] = {}
+    inbox: queue.Queue = queue.Queue()
+    try:
+        for _ in runs:  # all started before any is fed, so they boot side by side
+            workers.append(_Worker(inbox))
+        for worker, (lo, hi) in zip(workers, runs):
+            worker.feed({"path": path, "offset": offset, "shape": list(shape), "first": lo,
+                         "files": list(files[lo:hi]), "stop_at_error": on_error == "raise"})
+        with tqdm(total=len(files), desc=f"{desc} in {count} processes", unit="img") as bar:
+            for worker, message in _messages(inbox, len(workers)):
+                for row, reason in message["failed"]:
+                    failed[row] = reason
+                    if on_error == "raise":
+                        raise cache_lib.read_error(files[row], reason)
+                worker.rows += message["done"]
+                bar.update(message["done"])
+        for worker, (lo, hi) in zip(workers, runs):
+            worker.check(hi - lo)
+    finally:
+        for worker in workers:
+            worker.stop()
+    return failed
+
+
+class _Worker:
+    """One ``python -m jaxflowers.data.decode`` process; a thread puts its messages in
+    ``inbox`` as ``(worker, message)`` and ``(worker, None)`` at the end; its stderr goes to
+    a temporary file."""
+
+    def __init__(self, inbox: queue.Queue):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT,
+                                                          env.get("PYTHONPATH")]))
+        self.rows = 0  # rows the worker reported done (decoded or failed)
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-m", _MODULE], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, env=env)
+        threading.Thread(target=self._pump, args=(inbox,), daemon=True).start()
+
+    def feed(self, job: dict) -> None:
+        """Send the job and close stdin; a worker that died already is reported by check."""
+        try:
+            self.proc.stdin.write(json.dumps(job).encode())  # ASCII: odd bytes travel as \udcXX
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+
+    def check(self, expected: int) -> None:
+        """Raise unless the worker exited 0 having done ``expected`` rows; pass on its
+        warnings (PIL's, say) to this process's stderr."""
+        returncode = self.proc.wait()
+        self.log.seek(0)
+        text = self.log.read().decode("utf-8", errors="replace")
+        if returncode != 0 or self.rows != expected:
+            raise RuntimeError(f"resize cache: decode process {self.proc.pid} exited with "
+                               f"status {returncode} after {self.rows} of its {expected} "
+                               f"images; its stderr ends:\n{text[-2000:]}")
+        if text:
+            sys.stderr.write(text)
+
+    def _pump(self, inbox: queue.Queue) -> None:
+        try:
+            for line in self.proc.stdout:
+                try:
+                    inbox.put((self, json.loads(line)))
+                except ValueError:  # not ours; the row count check catches anything lost
+                    pass
+        except (OSError, ValueError):  # stdout closed by stop() after an error elsewhere
+            pass
+        finally:
+            inbox.put((self, None))
+
+    def stop(self) -> None:
+        """Kill the worker if it still runs (an error elsewhere, Ctrl-C) and reap it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.log):
+            try:
+                stream.close()
+            except OSError:  # stdin's unflushed bytes after a BrokenPipeError
+                pass
+
+
+def _messages(inbox: queue.Queue, running: int) -> Iterator[tuple[_Worker, dict]]:
+    """The workers' messages as they arrive, until ``running`` workers have ended."""
+    while running:
+        worker, message = inbox.get()
+        if message is None:
+            running -= 1
+        else:
+            yield worker, message
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def main() -> None:
+    """The worker: decode the rows named by the job on stdin, report on stdout."""
+    channel = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # a stray print() from a library must not garble the messages
+    job = json.load(sys.stdin)
+    first, shape = job["first"], tuple(job["shape"])
+    files = dict(enumerate(job["files"], first))  # files[row], as decode_rows indexes them
+    end = first + len(files)
+    fd = os.open(job["path"], os.O_WRONLY)
+    try:
+        for lo in range(first, end, _BATCH):
+            rows = range(lo, min(lo + _BATCH, end))
+            failed = cache_lib.decode_rows(fd, job["offset"], files, _read, shape, rows)
+            reasons = [[row, cache_lib.failure_reason(exc)] for row, exc in sorted(failed.items())]
+            channel.write(json.dumps({"done": len(rows), "failed": reasons}) + "\n")
+            channel.flush()  # a dead parent: BrokenPipeError here ends the worker
+            if failed and job["stop_at_error"]:
+                return
+    finally:
+        os.close(fd)
+
+
+if __name__ == "__main__":
+    main()
