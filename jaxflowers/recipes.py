@@ -39,19 +39,20 @@ def build_model(name: str, num_classes: int, *, depth: int = 2):
     raise ValueError(f"model={name!r} is not one of resnet50, cifar_net")
 
 
-def flowers_options(num_devices: int, num_train: int, *, validation_data=None,
+def flowers_options(device_count: int, num_train: int, *, validation_data=None,
                     per_device_batch: int = 128, max_epochs: int = 80,
                     **overrides) -> TrainingOptions:
     """The multi-GPU example: Adam, 128 images per GPU, learning rate 1e-3 scaled with the
     batch, x0.1 every 50 of 80 epochs, reflection and +-30 px translation, validation once
-    per epoch."""
+    per epoch. ``device_count`` GPUs scale the batch and rate; ``overrides`` are further
+    ``TrainingOptions`` fields (``num_devices`` too)."""
     base = TrainingOptions(
         solver="adam", initial_learn_rate=1e-3, mini_batch_size=per_device_batch,
         max_epochs=max_epochs, shuffle="every-epoch", learn_rate_schedule="piecewise",
         learn_rate_drop_factor=0.1, learn_rate_drop_period=50, validation_data=validation_data,
         augmentation=Augmentation(reflect_x=True, translate_x=(-30, 30), translate_y=(-30, 30)),
         l2_regularization=1e-4, **overrides)
-    scaled = scale_for_devices(base, num_devices)
+    scaled = scale_for_devices(base, device_count)
     return scaled.replace(validation_frequency=max(1, num_train // scaled.mini_batch_size))
 
 
