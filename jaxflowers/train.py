@@ -95,7 +95,9 @@ class _Run:
         self.feed = self._place_data(data)
         self.steps_per_epoch = self.feed.steps_per_epoch
         self.total = self.steps_per_epoch * options.max_epochs
-        self.normalization = channel_stats(data.images)
+        # A resident set is measured on its devices; a streamed one on the host.
+        self.normalization = (channel_stats(data.images) if self.streamed
+                              else self.feed.channel_stats())
         self.stats = parallel.put(self.normalization)
         self.input_shape = (options.augmentation.output_shape(tuple(data.images.shape[1:]))
                             if options.augmentation else tuple(data.images.shape[1:]))

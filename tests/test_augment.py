@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxflowers as jf
 from jaxflowers.data import Augmentation
 from jaxflowers.data.augment import translate
 
@@ -87,3 +88,23 @@ def test_bad_augmentation_arguments(kwargs, message):
 def test_crop_larger_than_image_is_refused():
     with pytest.raises(ValueError, match="larger than the 4x4 images"):
         Augmentation(random_crop=(5, 5)).output_shape((4, 4, 3))
+
+
+@pytest.mark.parametrize("strategy", ["shard_map", "pmap"])
+def test_resident_channel_stats_equal_the_host_ones(strategy):
+    from jaxflowers.data.loader import ResidentData, channel_stats
+    from jaxflowers.parallel import DataParallel
+
+    rng = np.random.default_rng(0)
+    data = jf.data.ImageSet(rng.integers(0, 256, (37, 9, 11, 3), dtype=np.uint8),
+                            rng.integers(0, 2, 37), ("a", "b"))
+    parallel = DataParallel(jax.devices()[:4], strategy)
+    feed = ResidentData.place(parallel, data, mini_batch_size=8, num_epochs=1,
+                              shuffle="once", seed=0)
+    mean, std = feed.channel_stats()
+    expected = channel_stats(data.images)
+    np.testing.assert_allclose(mean, expected[0], rtol=1e-6)
+    np.testing.assert_allclose(std, expected[1], rtol=1e-6)
+    pixels = data.images.reshape(-1, 3).astype(np.float64)
+    np.testing.assert_allclose(mean, pixels.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(std, pixels.std(0), rtol=1e-6)

@@ -20,6 +20,7 @@ import dataclasses
 import os
 from typing import Any, Callable, NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 
 from jaxflowers.parallel import REPLICATED, DataParallel, sharded
@@ -120,7 +121,8 @@ def epoch_order(num_samples: int, mini_batch_size: int, num_epochs: int, shuffle
 def channel_stats(images: np.ndarray, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel mean and standard deviation (float32 (C,)) of uint8 (N, H, W, C) images.
 
-    Read in chunks so a memory-mapped set is never turned into floats whole.
+    Read in chunks so a memory-mapped set is never turned into floats whole. (A resident
+    set is measured on its devices instead: ``ResidentData.channel_stats``.)
     """
     channels = images.shape[-1]
     total, squares, count = np.zeros(channels), np.zeros(channels), 0
@@ -129,9 +131,21 @@ def channel_stats(images: np.ndarray, chunk: int = 256) -> tuple[np.ndarray, np.
         total += block.sum(0)
         squares += np.square(block).sum(0)
         count += len(block)
-    mean = total / count
-    std = np.sqrt(np.maximum(squares / count - mean**2, 0.0))
+    return _stats_from_moments(total, squares, count)
+
+
+def _stats_from_moments(total, squares, count: int) -> tuple[np.ndarray, np.ndarray]:
+    mean = np.asarray(total, np.float64) / count
+    std = np.sqrt(np.maximum(np.asarray(squares, np.float64) / count - mean**2, 0.0))
     return mean.astype(np.float32), np.maximum(std, 1.0).astype(np.float32)
+
+
+def _row_moments(images):
+    """Per-device: int32 sums of pixel values and of their squares along every image row,
+    (N, H, C) each. Exact (a row of up to 33,000 pixels fits in int32) and so independent
+    of the reduction order and of the device count."""
+    x = images.astype(jnp.int32)
+    return x.sum(axis=2), (x * x).sum(axis=2)
 
 
 @dataclasses.dataclass
@@ -177,6 +191,20 @@ class ResidentData:
         self._compiled = fn.lower(state, self.images, self.labels, self.order, stats,
                                   self._limit[1]).compile()
         return self._run
+
+    def channel_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """``channel_stats`` of the resident images, reduced where they already are.
+
+        The devices sum each image row in integers; the host adds those (N x H x C) sums
+        in int64. The same numbers as the host function, without the host reading the
+        whole set as floats (about 10 s for Flowers' 3,303 training images at 224 x 224 on
+        two cores; milliseconds on a GPU).
+        """
+        fn = self.parallel.wrap(_row_moments, (REPLICATED,), (REPLICATED, REPLICATED))
+        sums, squares = self.parallel.get(fn(self.images))
+        count = sums.shape[0] * sums.shape[1] * self.images.shape[-2]  # N * H * W
+        return _stats_from_moments(sums.sum((0, 1), dtype=np.int64),
+                                   squares.sum((0, 1), dtype=np.int64), count)
 
     def _run(self, state, limit: int):
         if limit != self._limit[0]:  # one small copy per sync interval, not per dispatch
