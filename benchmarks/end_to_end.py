@@ -1,0 +1,94 @@
+"""Wall time of the two MATLAB examples through the CLI, cold and warm, as a user runs them.
+
+    python benchmarks/end_to_end.py example DATA [--devices N]      # ResNet-50, 80 epochs
+    python benchmarks/end_to_end.py sweep DATA [--devices N] [--jobs-per-device K] [--epochs 30]
+
+Each run is a fresh ``python -m jaxflowers ...`` process timed from outside. "cold" starts
+with empty resize and compilation caches (in a temporary folder); "warm" runs again with
+both caches as the cold run left them. DATA: a folder of class folders for "example"
+(e.g. ``benchmarks/synthetic_folders.py flowers DEST``), a folder with train/ and test/
+for "sweep" (``synthetic_folders.py cifar DEST``). Prints a table; --out saves JSON.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def command(args) -> list[str]:
+    base = [sys.executable, "-m", "jaxflowers"]
+    if args.kind == "example":
+        cmd = base + ["train", "--data", args.data, "--model", "resnet50", "--quiet"]
+        if args.epochs:
+            cmd += ["--epochs", str(args.epochs)]
+    else:
+        cmd = base + ["sweep", "--depths", "1", "2", "3", "4", "--data", args.data,
+                      "--epochs", str(args.epochs or 30), "--jobs-per-device",
+                      str(args.jobs_per_device), "--out", os.path.join(args.scratch, "sweep")]
+    if args.devices:
+        cmd += ["--devices", str(args.devices)]
+    return cmd
+
+
+def run_once(cmd, env) -> dict:
+    start = time.perf_counter()
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    out = result.stdout
+    row = {"wall_s": wall, "returncode": result.returncode}
+    if m := re.search(r"Compile ([\d.]+) s, training ([\d.]+) s \(([\d,]+) images/s", out):
+        row.update(compile_s=float(m[1]), train_s=float(m[2]),
+                   images_per_s=float(m[3].replace(",", "")))
+    if m := re.search(r"Wall time: ([\d.]+) s", out):
+        row["run_sweep_s"] = float(m[1])
+    if m := re.search(r"Prepared the data in ([\d.]+) s", out):
+        row["prepare_s"] = float(m[1])
+    if m := re.search(r"Test accuracy[^:]*: ([\d.]+)%", out):
+        row["test_accuracy"] = float(m[1])
+    if result.returncode:
+        row["stderr_tail"] = result.stderr[-2000:]
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kind", choices=("example", "sweep"))
+    parser.add_argument("data")
+    parser.add_argument("--devices", type=int)
+    parser.add_argument("--jobs-per-device", type=int, default=1)
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--runs", nargs="+", default=["cold", "warm"], choices=("cold", "warm"))
+    parser.add_argument("--out", help="JSON file for the rows")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        args.scratch = scratch
+        env = dict(os.environ, JAXFLOWERS_CACHE_DIR=os.path.join(scratch, "cache"),
+                   JAXFLOWERS_COMPILE_CACHE=os.path.join(scratch, "xla"))
+        cmd = command(args)
+        print(" ".join(cmd), flush=True)
+        for run in args.runs:
+            row = dict(run=run, kind=args.kind, devices=args.devices,
+                       jobs_per_device=args.jobs_per_device, **run_once(cmd, env))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print(f"{'run':6s} {'wall s':>8s} {'compile s':>10s} {'train s':>8s} {'rest s':>7s}")
+    for r in rows:
+        rest = (r["wall_s"] - r["compile_s"] - r["train_s"]) if "compile_s" in r else None
+        print(f"{r['run']:6s} {r['wall_s']:8.1f} {r.get('compile_s', float('nan')):10.1f} "
+              f"{r.get('train_s', float('nan')):8.1f} "
+              f"{rest if rest is not None else float('nan'):7.1f}"
+              + (f"  (run_sweep {r['run_sweep_s']:.1f} s)" if "run_sweep_s" in r else "")
+              + (f"  FAILED rc={r['returncode']}" if r["returncode"] else ""))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

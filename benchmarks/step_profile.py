@@ -1,0 +1,162 @@
+"""Where a ResNet-50 step's GPU time goes: step variants timed, then traced with
+``jax.profiler`` and their kernels summed per step (by name and by kind).
+
+    python benchmarks/step_profile.py [VARIANT ...]   (default: all below)
+
+Variants: ``plain_<solver>_<norm>``, a plain ``jax.jit`` step of ResNet-50 on a synthetic
+bfloat16 batch, solver sgdm | adam | adamflat (``optax.flatten``), norm flax
+(``flax.linen.BatchNorm`` + ReLU) | custom (``jaxflowers.models.norm``) | none (a scale
+only: the bound without batch norm); ``ours_<solver>_<aug|noaug><devices>``: ``train``'s
+own compiled block on resident data. Env: SIZE (224), MODEL (resnet50), BATCH (128 per
+device), NSTEPS (20 per timing), SAVE_TRACE (variants whose perfetto trace to keep),
+OUT (folder for step_profile.json/.txt).
+"""
+import collections, functools, glob, gzip, json, os, statistics, sys, time
+import numpy as np, jax, jax.numpy as jnp, optax
+import jaxflowers as jf
+from jaxflowers.train import _Run
+from jaxflowers.parallel import DataParallel, select_devices
+from jaxflowers.step import init_state
+
+OUT = os.environ.get("OUT", "."); os.makedirs(OUT, exist_ok=True)
+SIZE = int(os.environ.get("SIZE", 224)); MODEL = os.environ.get("MODEL", "resnet50")
+BATCH = int(os.environ.get("BATCH", 128)); N = int(os.environ.get("NSTEPS", 20))
+WHICH = sys.argv[1:] or ["plain_sgdm_flax", "plain_sgdm_custom", "plain_sgdm_none", "plain_adam_custom",
+                         "plain_adamflat_custom", "ours_adam_aug1", "ours_adam_aug2"]
+rows, report = [], []
+def log(*a):
+    s = " ".join(str(x) for x in a); print(s, flush=True); report.append(s)
+
+import flax.linen as nn
+import jaxflowers.models.resnet as R
+from jaxflowers.models.norm import BatchNorm as CustomBN
+from typing import Any
+class FlaxBN(nn.Module):
+    use_running_average: bool = False; momentum: float = 0.9; epsilon: float = 1e-5
+    dtype: Any = jnp.float32; axis_name: Any = None; relu: bool = False
+    scale_init: Any = nn.initializers.ones
+    @nn.compact
+    def __call__(self, x):
+        y = nn.BatchNorm(use_running_average=self.use_running_average, momentum=self.momentum, epsilon=self.epsilon,
+                         dtype=self.dtype, axis_name=self.axis_name, scale_init=self.scale_init)(x)
+        return nn.relu(y) if self.relu else y
+class NoBN(FlaxBN):
+    @nn.compact
+    def __call__(self, x):
+        s = self.param("scale", self.scale_init, (x.shape[-1],), jnp.float32)
+        self.variable("batch_stats", "mean", lambda: jnp.zeros((1,)))
+        y = (x * s).astype(self.dtype)
+        return nn.relu(y) if self.relu else y
+BNS = {"flax": FlaxBN, "custom": CustomBN, "none": NoBN}
+
+def build_model(dtype=None):
+    m = getattr(jf.models, MODEL)(5)
+    return m.clone(dtype=dtype) if dtype is not None else m
+
+def timeit(call, n=N, reps=3):
+    jax.block_until_ready(call()); jax.block_until_ready(call())
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter(); out = None
+        for _ in range(n): out = call()
+        jax.block_until_ready(out); ts.append((time.perf_counter() - t) / n)
+    return statistics.median(ts)
+
+def plain(solver, dtype=jnp.bfloat16):
+    model = build_model(dtype)
+    tx = {"sgdm": optax.sgd(0.01, momentum=0.9), "adam": optax.adam(1e-3), "adamflat": optax.flatten(optax.adam(1e-3))}[solver]
+    k = jax.random.PRNGKey(0)
+    v = jax.jit(lambda: model.init(k, jnp.zeros((1, SIZE, SIZE, 3)), train=False))()
+    st = (v["params"], v["batch_stats"], tx.init(v["params"]))
+    x = jax.random.normal(k, (BATCH, SIZE, SIZE, 3), dtype); y = jnp.zeros((BATCH,), jnp.int32)
+    @functools.partial(jax.jit, donate_argnums=(0,))
+    def step(st, x, y):
+        p, bs, o = st
+        def lf(p):
+            logits, upd = model.apply({"params": p, "batch_stats": bs}, x, train=True, mutable=["batch_stats"])
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), upd["batch_stats"]
+        (l, bs2), g = jax.value_and_grad(lf, has_aux=True)(p)
+        u, o = tx.update(g, o, p)
+        return (optax.apply_updates(p, u), bs2, o), l
+    h = [st]
+    def call():
+        h[0], l = step(h[0], x, y); return l
+    return call, 1
+
+def ours(nd, solver, aug):
+    rng = np.random.default_rng(0)
+    n = 3670
+    data = jf.data.ImageSet(rng.integers(0, 256, (n, SIZE, SIZE, 3), dtype=np.uint8), rng.integers(0, 5, n), tuple("abcde"))
+    a = jf.data.Augmentation(reflect_x=True, translate_x=(-30, 30), translate_y=(-30, 30)) if aug else None
+    opts = jf.TrainingOptions(solver=solver, mini_batch_size=BATCH * nd, num_devices=nd, augmentation=a,
+                              max_epochs=200, verbose=False, shuffle="every-epoch")
+    par = DataParallel(select_devices("auto", nd), "shard_map")
+    run = _Run(data, build_model(), opts, par)
+    st = par.put(init_state(run.model, run.cfg.tx, run.input_shape, 0))
+    fn = run._compile(st)
+    h = [st]
+    def call():
+        h[0], m = fn(h[0], run.total); return m
+    return call, nd
+
+def summarize(path, steps, tag):
+    ev = json.load(gzip.open(path))
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    pn, tn = {}, {}
+    for e in ev:
+        if e.get("ph") == "M" and e.get("name") == "process_name": pn[e["pid"]] = e["args"]["name"]
+        if e.get("ph") == "M" and e.get("name") == "thread_name": tn[(e["pid"], e["tid"])] = e["args"]["name"]
+    lines = collections.defaultdict(list)
+    for e in ev:
+        if e.get("ph") == "X" and "dur" in e: lines[(e["pid"], e["tid"])].append(e)
+    tot = sorted(lines.items(), key=lambda kv: -sum(x["dur"] for x in kv[1]))
+    log(f"--- {tag}: lines (ms per step, events per step)")
+    for key, es in tot[:12]:
+        span = (max(x["ts"] + x["dur"] for x in es) - min(x["ts"] for x in es)) / 1e3 / steps
+        log(f"  {pn.get(key[0], key[0])[:40]:40s} | {tn.get(key, key[1])[:30]:30s} busy {sum(x['dur'] for x in es)/1e3/steps:8.3f} span {span:8.3f} n {len(es)/steps:7.1f}")
+    shown = 0
+    for key, es in tot:
+        name = pn.get(key[0], "") + "|" + tn.get(key, "")
+        if "GPU" not in name and "gpu" not in name: continue
+        shown += 1
+        if shown > 3: break
+        agg = collections.defaultdict(lambda: [0.0, 0])
+        for x in es:
+            agg[x["name"]][0] += x["dur"]; agg[x["name"]][1] += 1
+        cats = collections.defaultdict(float)
+        for nm, (d, c) in agg.items():
+            l = nm.lower()
+            cat = ("nccl" if "nccl" in l else "conv/gemm" if any(l.startswith(s) for s in ("sm90", "nvjet", "void cutlass", "_zn17cutlass", "cutlass", "xmma", "void xmma"))
+                   else "reduce" if "reduc" in l else "transpose/copy" if ("transpose" in l or "copy" in l) else "fusion/other")
+            cats[cat] += d
+        log(f"  == {name[:70]}: categories ms/step " + ", ".join(f"{k}={v/1e3/steps:.3f}" for k, v in sorted(cats.items(), key=lambda kv: -kv[1])))
+        for nm, (d, c) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:25]:
+            log(f"     {d/1e3/steps:7.3f} ms x{c/steps:5.1f}  {nm[:110]}")
+
+for w in WHICH:
+    t0 = time.perf_counter()
+    if w.startswith("plain"):
+        _, solver, bn = w.split("_")
+        R.BatchNorm = BNS[bn]
+        call, nd = plain(solver)
+    else:
+        R.BatchNorm = CustomBN
+        _, solver, aug = w.split("_")
+        call, nd = ours(int(aug[-1]), solver, aug.startswith("aug"))
+    dt = timeit(call)
+    ips = BATCH * nd / dt
+    log(f"{w:22s} step {dt*1e3:7.2f} ms  {ips:8.0f} img/s  (setup+compile+time {time.perf_counter()-t0:.1f} s)")
+    rows.append(dict(variant=w, step_ms=dt * 1e3, images_per_s=ips))
+    d = f"/tmp/trace_{w}"
+    with jax.profiler.trace(d, create_perfetto_trace=True):
+        for _ in range(5): out = call()
+        jax.block_until_ready(out)
+    fs = glob.glob(f"{d}/**/perfetto_trace.json.gz", recursive=True)
+    if fs:
+        summarize(fs[0], 5, w)
+        if os.environ.get("SAVE_TRACE") and w in os.environ["SAVE_TRACE"]:
+            import shutil; shutil.copy(fs[0], f"{OUT}/trace_{w}.json.gz")
+    else: log("no perfetto trace", glob.glob(f"{d}/**", recursive=True))
+json.dump(rows, open(f"{OUT}/step_profile.json", "w"), indent=1)
+open(f"{OUT}/step_profile.txt", "w").write("\n".join(report))
+for r in rows: print(f"{r['variant']:22s} {r['step_ms']:7.2f} ms {r['images_per_s']:8.0f} img/s")
