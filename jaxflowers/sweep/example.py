@@ -188,20 +188,29 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
         ``mini_batch_size`` keeps validation at once per epoch.
 
     Returns:
-      ``(net, info)`` from ``train_job``, whose progress messages reach ``after_each``.
+      ``(net, info, test_codes)``: ``net`` and ``info`` from ``train_job``, whose progress
+      messages reach ``after_each``, and the predicted class index (int32) of every test
+      image. The job predicts its test set itself, on the GPU it already holds, so the
+      caller never starts JAX on the GPUs to test the best network.
     """
-    from jaxflowers import recipes
+    import numpy as np
 
-    train_set, validation_set, _ = load_sets(data)
+    from jaxflowers import recipes
+    from jaxflowers.predict import predict
+
+    train_set, validation_set, test_set = load_sets(data)
     overrides = dict(options_overrides or {})
     if "mini_batch_size" in overrides:  # keep validating once per epoch
         overrides.setdefault("validation_frequency",
                              max(1, len(train_set) // int(overrides["mini_batch_size"])))
     options = recipes.sweep_options(len(train_set), max_epochs=max_epochs)
     fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
-    return train_job(data={"train": train_set, "validation": validation_set},
-                     model=("cifar_net", {"depth": depth}), options={**fields, **overrides},
-                     seed=seed)
+    net, info = train_job(data={"train": train_set, "validation": validation_set},
+                          model=("cifar_net", {"depth": depth}),
+                          options={**fields, **overrides}, seed=seed)
+    test_codes = np.argmax(predict(net, test_set), axis=1).astype(np.int32)
+    print(f"Predicted the {len(test_set)} test images", flush=True)
+    return net, info, test_codes
 
 
 # ---------------------------------------------------------------- progress in the caller
@@ -291,8 +300,9 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "cifar10", ep
     best = _report(depths, accuracies, errors, stream)
     test_accuracy = confusion_path = best_net = None
     if best is not None:
-        best_net = outputs[best][0]
-        test_accuracy, confusion_path = _evaluate(best_net, plan, depths[best], out, stream)
+        best_net, _, test_codes = outputs[best]
+        test_accuracy, confusion_path = _evaluate(best_net, test_codes, plan, depths[best], out,
+                                                  stream)
     return SweepResult(depths, accuracies, errors, None if best is None else depths[best],
                        test_accuracy, time.perf_counter() - start, confusion_path,
                        progress_path, pool.log_dir, best_net)
@@ -342,15 +352,16 @@ def _report(depths, accuracies, errors, stream: TextIO) -> int | None:
     return best
 
 
-def _evaluate(net, plan, depth: int, out: pathlib.Path, stream: TextIO):
-    """Test accuracy (%) of ``net`` and the path of its saved confusion chart."""
+def _evaluate(net, test_codes, plan, depth: int, out: pathlib.Path, stream: TextIO):
+    """Test accuracy (%) of ``net`` from the classes its job predicted (``test_codes``)
+    for the plan's test set, and the path of its saved confusion chart."""
     from matplotlib.figure import Figure
 
     from jaxflowers.plots import confusion_chart
-    from jaxflowers.predict import accuracy, predict, scores_to_labels
+    from jaxflowers.predict import Labels, accuracy
 
     test_set = load_sets(plan)[2] if "source" in plan else load_data(plan["test"])[0]
-    predicted = scores_to_labels(predict(net, test_set), net.class_names)
+    predicted = Labels(test_codes, net.class_names)
     test_accuracy = 100.0 * accuracy(predicted, test_set.labels)
     print(f"Test accuracy of depth {depth}: {test_accuracy:.2f}% ({len(test_set)} images)",
           file=stream, flush=True)
