@@ -7,9 +7,10 @@ MATLAB's Deep Learning Toolbox names map to these (see the README's table):
 Names load on first use (PEP 562), so ``import jaxflowers`` stays cheap and a sweep's
 caller imports no JAX before its workers start.
 """
-import importlib
 import sys
 import types
+
+from jaxflowers.lazy import lazy_names
 
 _EXPORTS = {
     "TrainingOptions": "jaxflowers.options", "scale_for_devices": "jaxflowers.options",
@@ -24,18 +25,7 @@ __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 __version__ = "0.1.0"
 
 
-def __getattr__(name):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_names(__name__, globals(), _EXPORTS, _SUBMODULES)
 
 
 class _Package(types.ModuleType):

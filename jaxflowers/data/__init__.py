@@ -4,7 +4,7 @@ Names load on first use (PEP 562), as in the top-level package: only ``Augmentat
 needs JAX, so a sweep's caller can build resize caches with ``ImageFolder`` and the
 cache's decode processes can start without importing it.
 """
-import importlib
+from jaxflowers.lazy import lazy_names
 
 _EXPORTS = {
     "Augmentation": "jaxflowers.data.augment", "decode_image": "jaxflowers.data.cache",
@@ -18,13 +18,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_names(__name__, globals(), _EXPORTS)
