@@ -7,7 +7,9 @@ Variants: ``plain_<solver>_<norm>``, a plain ``jax.jit`` step of ResNet-50 on a 
 bfloat16 batch, solver sgdm | adam | adamflat (``optax.flatten``), norm flax
 (``flax.linen.BatchNorm`` + ReLU) | custom (``jaxflowers.models.norm``) | none (a scale
 only: the bound without batch norm); ``ours_<solver>_<aug|noaug><devices>``: ``train``'s
-own compiled block on resident data. Env: SIZE (224), MODEL (resnet50), BATCH (128 per
+own compiled block on resident data; ``dp_<leaf|flat>``, a plain shard_map step over
+every local device whose gradient all-reduce is one pmean per leaf or one of the
+flattened gradient (the next lever for 2 GPUs, benchmarks/NOTES.md). Env: SIZE (224), MODEL (resnet50), BATCH (128 per
 device), NSTEPS (20 per timing), SAVE_TRACE (variants whose perfetto trace to keep),
 OUT (folder for step_profile.json/.txt).
 """
@@ -83,6 +85,39 @@ def plain(solver, dtype=jnp.bfloat16):
         h[0], l = step(h[0], x, y); return l
     return call, 1
 
+def data_parallel(reduce, dtype=jnp.bfloat16):
+    """A plain shard_map step over every local device (flat Adam, closed-form BN) whose
+    gradient all-reduce is one pmean per leaf ("leaf") or one of the raveled vector ("flat")."""
+    from jax.flatten_util import ravel_pytree
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    model, tx = build_model(dtype), optax.flatten(optax.adam(1e-3))
+    mesh = Mesh(np.asarray(jax.devices()), ("data",))
+    nd = len(jax.devices())
+    k = jax.random.PRNGKey(0)
+    v = jax.jit(lambda: model.init(k, jnp.zeros((1, SIZE, SIZE, 3)), train=False))()
+    st = jax.device_put((v["params"], v["batch_stats"], tx.init(v["params"])), NamedSharding(mesh, P()))
+    x = jax.device_put(jax.random.normal(k, (BATCH * nd, SIZE, SIZE, 3), dtype), NamedSharding(mesh, P("data")))
+    y = jax.device_put(jnp.zeros((BATCH * nd,), jnp.int32), NamedSharding(mesh, P("data")))
+    def per_device(st, x, y):
+        p, bs, o = st
+        def lf(p):
+            logits, upd = model.apply({"params": p, "batch_stats": bs}, x, train=True, mutable=["batch_stats"])
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), upd["batch_stats"]
+        (l, bs2), g = jax.value_and_grad(lf, has_aux=True)(p)
+        if reduce == "flat":
+            flat, unravel = ravel_pytree(g)
+            g = unravel(jax.lax.pmean(flat, "data"))
+        else:
+            g = jax.lax.pmean(g, "data")
+        u, o = tx.update(g, o, p)
+        return (optax.apply_updates(p, u), jax.lax.pmean(bs2, "data"), o), jax.lax.pmean(l, "data")
+    step = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P("data"), P("data")),
+                                 out_specs=(P(), P()), check_vma=False), donate_argnums=(0,))
+    h = [st]
+    def call():
+        h[0], l = step(h[0], x, y); return l
+    return call, nd
+
 def ours(nd, solver, aug):
     rng = np.random.default_rng(0)
     n = 3670
@@ -135,7 +170,10 @@ def summarize(path, steps, tag):
 
 for w in WHICH:
     t0 = time.perf_counter()
-    if w.startswith("plain"):
+    if w.startswith("dp_"):
+        R.BatchNorm = CustomBN
+        call, nd = data_parallel(w.split("_")[1])
+    elif w.startswith("plain"):
         _, solver, bn = w.split("_")
         R.BatchNorm = BNS[bn]
         call, nd = plain(solver)
