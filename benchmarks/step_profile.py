@@ -64,26 +64,43 @@ def timeit(call, n=N, reps=3):
         jax.block_until_ready(out); ts.append((time.perf_counter() - t) / n)
     return statistics.median(ts)
 
-def plain(solver, dtype=jnp.bfloat16):
-    model = build_model(dtype)
-    tx = {"sgdm": optax.sgd(0.01, momentum=0.9), "adam": optax.adam(1e-3), "adamflat": optax.flatten(optax.adam(1e-3))}[solver]
-    k = jax.random.PRNGKey(0)
-    v = jax.jit(lambda: model.init(k, jnp.zeros((1, SIZE, SIZE, 3)), train=False))()
-    st = (v["params"], v["batch_stats"], tx.init(v["params"]))
-    x = jax.random.normal(k, (BATCH, SIZE, SIZE, 3), dtype); y = jnp.zeros((BATCH,), jnp.int32)
-    @functools.partial(jax.jit, donate_argnums=(0,))
+def _no_reduce(tree):
+    return tree
+
+
+def _training_step(model, tx, reduce_grads=_no_reduce, reduce_rest=_no_reduce):
+    """(state, x, y) -> (state, loss) for a (params, batch_stats, opt_state) state; the
+    reducers average gradients and the rest over devices in the data-parallel variants."""
     def step(st, x, y):
         p, bs, o = st
         def lf(p):
             logits, upd = model.apply({"params": p, "batch_stats": bs}, x, train=True, mutable=["batch_stats"])
             return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), upd["batch_stats"]
         (l, bs2), g = jax.value_and_grad(lf, has_aux=True)(p)
-        u, o = tx.update(g, o, p)
-        return (optax.apply_updates(p, u), bs2, o), l
+        u, o = tx.update(reduce_grads(g), o, p)
+        return (optax.apply_updates(p, u), reduce_rest(bs2), o), reduce_rest(l)
+    return step
+
+
+def _initial_state(model, tx):
+    v = jax.jit(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, SIZE, SIZE, 3)), train=False))()
+    return v["params"], v["batch_stats"], tx.init(v["params"])
+
+
+def _caller(step, st, x, y):
     h = [st]
     def call():
         h[0], l = step(h[0], x, y); return l
-    return call, 1
+    return call
+
+
+def plain(solver, dtype=jnp.bfloat16):
+    model = build_model(dtype)
+    tx = {"sgdm": optax.sgd(0.01, momentum=0.9), "adam": optax.adam(1e-3), "adamflat": optax.flatten(optax.adam(1e-3))}[solver]
+    x = jax.random.normal(jax.random.PRNGKey(0), (BATCH, SIZE, SIZE, 3), dtype); y = jnp.zeros((BATCH,), jnp.int32)
+    step = jax.jit(_training_step(model, tx), donate_argnums=(0,))
+    return _caller(step, _initial_state(model, tx), x, y), 1
+
 
 def data_parallel(reduce, dtype=jnp.bfloat16):
     """A plain shard_map step over every local device (flat Adam, closed-form BN) whose
@@ -93,30 +110,23 @@ def data_parallel(reduce, dtype=jnp.bfloat16):
     model, tx = build_model(dtype), optax.flatten(optax.adam(1e-3))
     mesh = Mesh(np.asarray(jax.devices()), ("data",))
     nd = len(jax.devices())
-    k = jax.random.PRNGKey(0)
-    v = jax.jit(lambda: model.init(k, jnp.zeros((1, SIZE, SIZE, 3)), train=False))()
-    st = jax.device_put((v["params"], v["batch_stats"], tx.init(v["params"])), NamedSharding(mesh, P()))
-    x = jax.device_put(jax.random.normal(k, (BATCH * nd, SIZE, SIZE, 3), dtype), NamedSharding(mesh, P("data")))
+    st = jax.device_put(_initial_state(model, tx), NamedSharding(mesh, P()))
+    x = jax.device_put(jax.random.normal(jax.random.PRNGKey(0), (BATCH * nd, SIZE, SIZE, 3), dtype),
+                       NamedSharding(mesh, P("data")))
     y = jax.device_put(jnp.zeros((BATCH * nd,), jnp.int32), NamedSharding(mesh, P("data")))
-    def per_device(st, x, y):
-        p, bs, o = st
-        def lf(p):
-            logits, upd = model.apply({"params": p, "batch_stats": bs}, x, train=True, mutable=["batch_stats"])
-            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), upd["batch_stats"]
-        (l, bs2), g = jax.value_and_grad(lf, has_aux=True)(p)
-        if reduce == "flat":
-            flat, unravel = ravel_pytree(g)
-            g = unravel(jax.lax.pmean(flat, "data"))
-        else:
-            g = jax.lax.pmean(g, "data")
-        u, o = tx.update(g, o, p)
-        return (optax.apply_updates(p, u), jax.lax.pmean(bs2, "data"), o), jax.lax.pmean(l, "data")
+
+    def pmean(tree):
+        return jax.lax.pmean(tree, "data")
+
+    def pmean_flat(tree):
+        flat, unravel = ravel_pytree(tree)
+        return unravel(pmean(flat))
+
+    per_device = _training_step(model, tx, pmean_flat if reduce == "flat" else pmean, pmean)
     step = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P("data"), P("data")),
                                  out_specs=(P(), P()), check_vma=False), donate_argnums=(0,))
-    h = [st]
-    def call():
-        h[0], l = step(h[0], x, y); return l
-    return call, nd
+    return _caller(step, st, x, y), nd
+
 
 def ours(nd, solver, aug):
     rng = np.random.default_rng(0)
@@ -129,10 +139,7 @@ def ours(nd, solver, aug):
     run = _Run(data, build_model(), opts, par)
     st = par.put(init_state(run.model, run.cfg.tx, run.input_shape, 0))
     fn = run._compile(st)
-    h = [st]
-    def call():
-        h[0], m = fn(h[0], run.total); return m
-    return call, nd
+    return _caller(lambda st, limit, _: fn(st, limit), st, run.total, None), nd
 
 def summarize(path, steps, tag):
     ev = json.load(gzip.open(path))

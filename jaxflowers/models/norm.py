@@ -48,8 +48,7 @@ def batch_norm_train(x, scale, bias, epsilon: float, axis_name, relu: bool):
     ``mean`` and ``var`` (float32, (C,)) are the batch statistics for the running averages;
     no gradient flows back through them (they must not feed the loss).
     """
-    y, mean, var = _forward(x, scale, bias, epsilon, axis_name, relu)[0]
-    return y, mean, var
+    return _forward(x, scale, bias, epsilon, axis_name, relu)[0]
 
 
 def _forward(x, scale, bias, epsilon, axis_name, relu):
