@@ -49,6 +49,8 @@ def run_once(cmd, env) -> dict:
         row["prepare_s"] = float(m[1])
     if m := re.search(r"Test accuracy[^:]*: ([\d.]+)%", out):
         row["test_accuracy"] = float(m[1])
+    # A sweep's per-job lines: accuracy, compile, training, first step and end on its clock.
+    row["jobs"] = re.findall(r"^  (job \d+ \(depth \d+\): .*)$", out, re.M)
     if result.returncode:
         row["stderr_tail"] = result.stderr[-2000:]
     return row
@@ -85,6 +87,8 @@ def main() -> None:
               f"{rest if rest is not None else float('nan'):7.1f}"
               + (f"  (run_sweep {r['run_sweep_s']:.1f} s)" if "run_sweep_s" in r else "")
               + (f"  FAILED rc={r['returncode']}" if r["returncode"] else ""))
+        for line in r.get("jobs", []):
+            print(f"         {line}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)

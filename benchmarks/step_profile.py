@@ -3,17 +3,18 @@
 
     python benchmarks/step_profile.py [VARIANT ...]   (default: all below)
 
-Variants: ``plain_<solver>_<norm>``, a plain ``jax.jit`` step of ResNet-50 on a synthetic
+Variants: ``plain_<solver>_<norm>[_<stem>]``, a plain ``jax.jit`` step of ResNet-50 on a synthetic
 bfloat16 batch, solver sgdm | adam | adamflat (``optax.flatten``), norm flax
 (``flax.linen.BatchNorm`` + ReLU) | custom (``jaxflowers.models.norm``) | none (a scale
-only: the bound without batch norm); ``ours_<solver>_<aug|noaug><devices>``: ``train``'s
-own compiled block on resident data; ``dp_<leaf|flat>``, a plain shard_map step over
+only: the bound without batch norm), stem space_to_depth | conv (ResNet's stem option,
+default its default); ``ours_<solver>_<aug|noaug><devices>[_tree]``: ``train``'s
+own compiled block on resident data (``_tree``: parameters per leaf, not one vector); ``dp_<leaf|flat>``, a plain shard_map step over
 every local device whose gradient all-reduce is one pmean per leaf or one of the
-flattened gradient (the next lever for 2 GPUs, benchmarks/NOTES.md). Env: SIZE (224), MODEL (resnet50), BATCH (128 per
+flattened gradient (the next lever for 2 GPUs, benchmarks/NOTES.md). Env: SIZE (224), MODEL (resnet50 or cifar_net:DEPTH), BATCH (128 per
 device), NSTEPS (20 per timing), SAVE_TRACE (variants whose perfetto trace to keep),
 OUT (folder for step_profile.json/.txt).
 """
-import collections, functools, glob, gzip, json, os, statistics, sys, time
+import collections, dataclasses, functools, glob, gzip, json, os, statistics, sys, time
 import numpy as np, jax, jax.numpy as jnp, optax
 import jaxflowers as jf
 from jaxflowers.train import _Run
@@ -30,7 +31,7 @@ def log(*a):
     s = " ".join(str(x) for x in a); print(s, flush=True); report.append(s)
 
 import flax.linen as nn
-import jaxflowers.models.resnet as R
+import jaxflowers.models.resnet as R, jaxflowers.models.cifar as C
 from jaxflowers.models.norm import BatchNorm as CustomBN
 from typing import Any
 class FlaxBN(nn.Module):
@@ -51,8 +52,12 @@ class NoBN(FlaxBN):
         return nn.relu(y) if self.relu else y
 BNS = {"flax": FlaxBN, "custom": CustomBN, "none": NoBN}
 
-def build_model(dtype=None):
-    m = getattr(jf.models, MODEL)(5)
+def build_model(dtype=None, stem=None):
+    """MODEL is a model name ("resnet50") or "cifar_net:DEPTH"; stem: ResNet's stem option."""
+    name, _, depth = MODEL.partition(":")
+    m = jf.models.cifar_net(int(depth), 10) if name == "cifar_net" else getattr(jf.models, name)(5)
+    if stem is not None:
+        m = m.clone(stem=stem)
     return m.clone(dtype=dtype) if dtype is not None else m
 
 def timeit(call, n=N, reps=3):
@@ -94,8 +99,8 @@ def _caller(step, st, x, y):
     return call
 
 
-def plain(solver, dtype=jnp.bfloat16):
-    model = build_model(dtype)
+def plain(solver, stem=None, dtype=jnp.bfloat16):
+    model = build_model(dtype, stem)
     tx = {"sgdm": optax.sgd(0.01, momentum=0.9), "adam": optax.adam(1e-3), "adamflat": optax.flatten(optax.adam(1e-3))}[solver]
     x = jax.random.normal(jax.random.PRNGKey(0), (BATCH, SIZE, SIZE, 3), dtype); y = jnp.zeros((BATCH,), jnp.int32)
     step = jax.jit(_training_step(model, tx), donate_argnums=(0,))
@@ -128,7 +133,7 @@ def data_parallel(reduce, dtype=jnp.bfloat16):
     return _caller(step, st, x, y), nd
 
 
-def ours(nd, solver, aug):
+def ours(nd, solver, aug, layout=None):
     rng = np.random.default_rng(0)
     n = 3670
     data = jf.data.ImageSet(rng.integers(0, 256, (n, SIZE, SIZE, 3), dtype=np.uint8), rng.integers(0, 5, n), tuple("abcde"))
@@ -137,7 +142,9 @@ def ours(nd, solver, aug):
                               max_epochs=200, verbose=False, shuffle="every-epoch")
     par = DataParallel(select_devices("auto", nd), "shard_map")
     run = _Run(data, build_model(), opts, par)
-    st = par.put(init_state(run.model, run.cfg.tx, run.input_shape, 0))
+    if layout == "tree":  # parameters per leaf: per-leaf all-reduce and solver update
+        run.cfg = dataclasses.replace(run.cfg, flat=None)
+    st = par.put(init_state(run.model, run.cfg.tx, run.input_shape, 0, run.cfg.flat))
     fn = run._compile(st)
     return _caller(lambda st, limit, _: fn(st, limit), st, run.total, None), nd
 
@@ -178,16 +185,16 @@ def summarize(path, steps, tag):
 for w in WHICH:
     t0 = time.perf_counter()
     if w.startswith("dp_"):
-        R.BatchNorm = CustomBN
+        R.BatchNorm = C.BatchNorm = CustomBN
         call, nd = data_parallel(w.split("_")[1])
     elif w.startswith("plain"):
-        _, solver, bn = w.split("_")
-        R.BatchNorm = BNS[bn]
-        call, nd = plain(solver)
+        _, solver, bn, *stem = w.split("_", 3)
+        R.BatchNorm = C.BatchNorm = BNS[bn]
+        call, nd = plain(solver, *stem)
     else:
-        R.BatchNorm = CustomBN
-        _, solver, aug = w.split("_")
-        call, nd = ours(int(aug[-1]), solver, aug.startswith("aug"))
+        R.BatchNorm = C.BatchNorm = CustomBN
+        _, solver, aug, *layout = w.split("_")
+        call, nd = ours(int(aug[-1]), solver, aug.startswith("aug"), *layout)
     dt = timeit(call)
     ips = BATCH * nd / dt
     log(f"{w:22s} step {dt*1e3:7.2f} ms  {ips:8.0f} img/s  (setup+compile+time {time.perf_counter()-t0:.1f} s)")

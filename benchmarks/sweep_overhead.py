@@ -3,6 +3,8 @@
 Measures, on the machine at hand (CPU slots without a GPU):
   * start-up: submit() -> the job function's first line, for one job at a time;
   * round trip: submit() -> result() of a job that does nothing;
+  * JAX ready: submit() -> the job has imported JAX and run a first computation on its
+    slot (the GPU pinned by CUDA_VISIBLE_DEVICES, or the CPU);
   * cancel -> reuse: cancel() of a running job -> the next queued job's worker is spawned
     (slot handed over) and -> that job's function starts;
   * for reference, a bare interpreter and ``import jaxflowers.sweep.worker`` (what every
@@ -31,6 +33,14 @@ def started() -> float:
     return time.time()
 
 
+def jax_ready() -> float:
+    """Job: the wall-clock time its slot's JAX backend had run a first computation."""
+    import jax.numpy as jnp
+
+    jnp.zeros(4).block_until_ready()
+    return time.time()
+
+
 def sleeper(seconds: float) -> None:
     """Job: report that it runs, then sleep."""
     sweep.report({"running": time.time()})
@@ -38,14 +48,16 @@ def sleeper(seconds: float) -> None:
 
 
 def startup_and_round_trip(pool, repeats: int) -> dict:
-    """One job at a time: submit -> function start, and submit -> result."""
-    startup, round_trip = [], []
+    """One job at a time: submit -> function start, submit -> result, submit -> JAX ready."""
+    startup, round_trip, jax_startup = [], [], []
     for _ in range(repeats):
         t0 = time.time()
         begin = pool.submit(started).result()
         round_trip.append(time.time() - t0)
         startup.append(begin - t0)
-    return {"startup_s": startup, "round_trip_s": round_trip}
+        t0 = time.time()
+        jax_startup.append(pool.submit(jax_ready).result() - t0)
+    return {"startup_s": startup, "round_trip_s": round_trip, "jax_ready_s": jax_startup}
 
 
 def cancel_to_reuse(pool, repeats: int) -> dict:

@@ -24,24 +24,13 @@ def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int) -> optax
         options.learn_rate, {step: options.learn_rate_drop_factor for step in drops})
 
 
-def make_optimizer(options: TrainingOptions, steps_per_epoch: int, *,
-                   flat: bool = False) -> optax.GradientTransformation:
+def make_optimizer(options: TrainingOptions, steps_per_epoch: int) -> optax.GradientTransformation:
     """The solver with L2 regularisation and the learning-rate schedule.
 
     L2 is added to the gradient before the solver (``add_decayed_weights``), as MATLAB's
-    ``L2Regularization`` does for both sgdm and adam.
-
-    With ``flat=True`` the update runs on one vector holding every parameter
-    (``optax.flatten``; the same arithmetic, element for element). On a GPU this replaces a
-    few kernels per parameter leaf (ResNet-50 has 161) by a few in all: 1.7 ms less per
-    ResNet-50 Adam step on an H200 (benchmarks/NOTES.md). XLA:CPU runs it slower, so
-    ``train`` flattens on GPUs only.
+    ``L2Regularization`` does for both sgdm and adam. Every transformation is elementwise,
+    so it runs on a parameter tree or on one flat vector (``step.FlatParams``) alike.
     """
-    tx = _solver(options, steps_per_epoch)
-    return optax.flatten(tx) if flat else tx
-
-
-def _solver(options: TrainingOptions, steps_per_epoch: int) -> optax.GradientTransformation:
     schedule = learn_rate_schedule(options, steps_per_epoch)
     if options.solver == "sgdm":
         solver = optax.sgd(schedule, momentum=options.momentum or None)

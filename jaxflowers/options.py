@@ -15,6 +15,7 @@ PLOTS = ("none", "training-progress")
 PRECISIONS = ("auto", "float32", "bfloat16")
 STRATEGIES = ("shard_map", "pmap")
 PLACEMENTS = ("auto", "resident", "stream")
+PARAMETER_LAYOUTS = ("auto", "tree", "flat")
 # MATLAB's default InitialLearnRate per solver.
 DEFAULT_LEARN_RATE = {"sgdm": 0.01, "adam": 0.001}
 
@@ -56,6 +57,7 @@ class TrainingOptions:
     strategy: str = "shard_map"  # "shard_map" or "pmap"
     steps_per_dispatch: int | None = None  # steps per compiled call; None picks by image size
     data_placement: str = "auto"  # "resident" on every device, "stream" from host; "auto": by size
+    parameter_layout: str = "auto"  # "flat" (one vector), "tree" (per leaf); "auto": flat on GPUs
 
     def __post_init__(self):
         _check_choice(self, "solver", SOLVERS)
@@ -66,6 +68,7 @@ class TrainingOptions:
         _check_choice(self, "precision", PRECISIONS)
         _check_choice(self, "strategy", STRATEGIES)
         _check_choice(self, "data_placement", PLACEMENTS)
+        _check_choice(self, "parameter_layout", PARAMETER_LAYOUTS)
         for name in ("mini_batch_size", "max_epochs", "learn_rate_drop_period",
                      "validation_frequency", "verbose_frequency"):
             _check_int(self, name, minimum=1)

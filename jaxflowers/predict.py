@@ -18,8 +18,11 @@ from jaxflowers.data.augment import normalize
 from jaxflowers.parallel import REPLICATED, DataParallel, select_devices, sharded
 
 
-def _forward(variables, images, stats, *, model, dtype, batch: int):
+def _forward(variables, images, stats, *, model, dtype, batch: int, unpack=None):
     """Per-device logits (m, C) float32 for (m, H, W, C) uint8 images, ``batch`` at a time."""
+    if unpack is not None:
+        variables = unpack(variables)
+
     def one(x):
         return model.apply(variables, normalize(x, stats[0], stats[1], dtype), train=False)
 
@@ -36,11 +39,14 @@ class Predictor:
       model: a flax module taking ``train=False``.
       dtype: compute dtype.
       per_device_batch: most images a device processes at once.
+      unpack: applied to the variables inside the compiled pass (``train`` validates from
+        its flat parameter vector this way), or None.
     """
 
-    def __init__(self, parallel: DataParallel, model, dtype, per_device_batch: int):
+    def __init__(self, parallel: DataParallel, model, dtype, per_device_batch: int,
+                 unpack=None):
         self.parallel, self.model, self.dtype = parallel, model, dtype
-        self.per_device_batch = per_device_batch
+        self.per_device_batch, self.unpack = per_device_batch, unpack
         self._compiled: dict[int, object] = {}
 
     def place(self, images: np.ndarray):
@@ -58,7 +64,8 @@ class Predictor:
         images, n, batch = placed
         fn = self._compiled.get(batch)
         if fn is None:
-            forward = functools.partial(_forward, model=self.model, dtype=self.dtype, batch=batch)
+            forward = functools.partial(_forward, model=self.model, dtype=self.dtype, batch=batch,
+                                        unpack=self.unpack)
             fn = self.parallel.wrap(forward, (REPLICATED, sharded(0), REPLICATED), sharded(0))
             self._compiled[batch] = fn
         return self.parallel.get(fn(variables, images, stats), sharded(0))[:n]

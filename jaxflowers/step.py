@@ -13,10 +13,49 @@ import flax
 import jax
 import jax.numpy as jnp
 import optax
+import numpy as np
 from jax import lax
 
 from jaxflowers.data.augment import Augmentation, normalize
 from jaxflowers.parallel import AXIS
+
+
+@dataclasses.dataclass(frozen=True)
+class FlatParams:
+    """Where each parameter leaf lives in one float32 vector (GPUs keep parameters so).
+
+    With the parameters, gradient and optimizer state each one vector, the all-reduce is
+    one collective after the backward pass (per leaf, XLA all-reduces layer by layer and
+    the compute stream waits on each), the solver's update is a few kernels instead of a
+    few per leaf, and nothing is split back into leaves after the update: the forward
+    pass slices each weight where it converts it to the compute dtype anyway. Same
+    arithmetic, element for element, as the per-leaf tree.
+    """
+
+    treedef: Any
+    shapes: tuple[tuple[int, ...], ...]
+    offsets: tuple[int, ...]  # len(shapes) + 1 offsets; the last is the vector's length
+
+    @classmethod
+    def of(cls, tree) -> "FlatParams":
+        """The layout of a pytree of arrays or ``jax.ShapeDtypeStruct``s."""
+        leaves, treedef = jax.tree.flatten(tree)
+        shapes = tuple(tuple(leaf.shape) for leaf in leaves)
+        sizes = [int(np.prod(shape)) for shape in shapes]
+        return cls(treedef, shapes, tuple(np.cumsum([0] + sizes).tolist()))
+
+    def ravel(self, tree) -> jax.Array:
+        """The tree's leaves, raveled and concatenated as float32."""
+        return jnp.concatenate([jnp.ravel(leaf).astype(jnp.float32)
+                                for leaf in jax.tree.leaves(tree)])
+
+    def unravel(self, flat):
+        """The tree back from a vector (jax or numpy), leaf ``i`` a reshaped slice; leading
+        axes (pmap's device axis) are kept."""
+        lead = tuple(flat.shape[:-1])
+        leaves = [flat[..., start:stop].reshape(lead + shape) for start, stop, shape in
+                  zip(self.offsets[:-1], self.offsets[1:], self.shapes)]
+        return jax.tree.unflatten(self.treedef, leaves)
 
 
 @flax.struct.dataclass
@@ -24,7 +63,7 @@ class TrainState:
     """Everything that changes during training; one goes in, a new one comes out."""
 
     step: jax.Array  # int32 scalar, iterations done
-    params: Any  # float32 pytree
+    params: Any  # float32 pytree, or one float32 vector (StepConfig.flat)
     batch_stats: Any  # batch-norm running statistics (float32 pytree)
     opt_state: Any  # optax state
     key: jax.Array  # uint32 (2,) raw PRNG key data, fixed; per-step keys fold in `step`
@@ -40,17 +79,30 @@ class StepConfig:
     augmentation: Augmentation | None
     dtype: Any
     sync_batch_norm: bool
+    flat: FlatParams | None = None  # parameters (and so gradients, solver state) as one vector
+
+    def variables(self, state: TrainState) -> dict:
+        """``{"params": tree, "batch_stats": ...}`` of a state, whichever the layout."""
+        return self.unpack({"params": state.params, "batch_stats": state.batch_stats})
+
+    def unpack(self, variables: dict) -> dict:
+        """Variables with the parameters as the model's tree (numpy, or inside a jitted
+        function: unravelling eagerly would compile one slice per leaf)."""
+        if self.flat is None:
+            return variables
+        return {**variables, "params": self.flat.unravel(variables["params"])}
 
 
-def init_state(model, tx, image_shape, seed: int) -> TrainState:
-    """Initialise parameters (float32) and optimizer state on the default device."""
+def init_state(model, tx, image_shape, seed: int, flat: FlatParams | None = None) -> TrainState:
+    """Initialise parameters (float32; one vector with ``flat``) and optimizer state on the
+    default device."""
     key = jax.random.PRNGKey(seed)
     init_key, data_key = jax.random.split(key)
 
     @jax.jit
     def _init():
         variables = model.init(init_key, jnp.zeros((1, *image_shape), jnp.float32), train=False)
-        params = variables["params"]
+        params = variables["params"] if flat is None else flat.ravel(variables["params"])
         return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                           batch_stats=variables.get("batch_stats", {}),
                           opt_state=tx.init(params), key=data_key)
@@ -84,7 +136,10 @@ def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
         return loss, (logits, updates["batch_stats"])
 
-    (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    params = cfg.variables(state)["params"]
+    (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    if cfg.flat is not None:
+        grads = cfg.flat.ravel(grads)  # gradients per leaf, then one vector
     # The one gradient all-reduce: the mean of per-device gradients is the gradient of the
     # global-batch loss (equal per-device batches). shard_map runs with check_vma=False, so
     # nothing was summed implicitly before this.

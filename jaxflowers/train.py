@@ -26,7 +26,8 @@ from jaxflowers.options import TrainingOptions
 from jaxflowers.parallel import AXIS, DataParallel, select_devices
 from jaxflowers.predict import Predictor
 from jaxflowers.progress import Progress, TrainingInfo
-from jaxflowers.step import StepConfig, TrainState, init_state, train_block, train_streamed
+from jaxflowers.step import (FlatParams, StepConfig, TrainState, init_state, train_block,
+                             train_streamed)
 
 __all__ = ["TrainedNet", "TrainingInfo", "train"]
 
@@ -103,21 +104,31 @@ class _Run:
                             if options.augmentation else tuple(data.images.shape[1:]))
         self.cfg = StepConfig(
             model=_configure(model, self.dtype, AXIS if options.sync_batch_norm else None),
-            tx=make_optimizer(options, self.steps_per_epoch,
-                              flat=parallel.devices[0].platform == "gpu"),
+            tx=make_optimizer(options, self.steps_per_epoch),
             schedule=learn_rate_schedule(options, self.steps_per_epoch),
             augmentation=options.augmentation, dtype=self.dtype,
-            sync_batch_norm=options.sync_batch_norm)
+            sync_batch_norm=options.sync_batch_norm,
+            flat=self._flat_layout(options.parameter_layout, parallel.devices[0].platform))
         # A streamed batch arrives per iteration, so a dispatch runs one.
         self.block = 1 if self.streamed else _block_length(options, self.input_shape,
                                                            parallel.devices[0].platform)
         self.validation = self._place_validation(options.validation_data)
 
+    def _flat_layout(self, layout: str, platform: str) -> FlatParams | None:
+        """Parameters as one vector on GPUs (``step.FlatParams``: 2.4 ms less per 2-GPU
+        ResNet-50 Adam step on H200s, benchmarks/NOTES.md); XLA:CPU runs the flat update
+        about 2x slower than per leaf, so "auto" keeps the tree on CPUs."""
+        if layout == "tree" or (layout == "auto" and platform != "gpu"):
+            return None
+        shapes = jax.eval_shape(lambda: self.model.init(
+            jax.random.PRNGKey(0), jnp.zeros((1, *self.input_shape), jnp.float32), train=False))
+        return FlatParams.of(shapes["params"])
+
     def execute(self) -> tuple[TrainedNet, TrainingInfo]:
         t0 = time.perf_counter()
         # Initialised unmapped, so with the per-device batch norm of `self.model`.
         state = self.parallel.put(init_state(self.model, self.cfg.tx, self.input_shape,
-                                             self.options.seed))
+                                             self.options.seed, self.cfg.flat))
         try:
             step_fn = self._compile(state)
             compile_time = time.perf_counter() - t0
@@ -211,7 +222,8 @@ class _Run:
             raise ValueError(f"validation_data images are {tuple(data.images.shape[1:])} but "
                              f"training feeds the network {self.input_shape}")
         per_device = self.options.mini_batch_size // self.parallel.num_devices
-        predictor = Predictor(self.parallel, self.model, self.dtype, per_device)
+        predictor = Predictor(self.parallel, self.model, self.dtype, per_device,
+                              unpack=self.cfg.unpack)
         return predictor, predictor.place(np.asarray(data.images)), np.asarray(data.labels)
 
     def _validate(self, state: TrainState) -> tuple[float, float]:
@@ -245,7 +257,9 @@ class _Run:
                 f"dispatch, {self.placement.describe()}")
 
     def _net(self, state: TrainState) -> TrainedNet:
-        variables = self.parallel.get({"params": state.params, "batch_stats": state.batch_stats})
+        # Fetched as stored, then unravelled on the host (numpy slices, nothing compiled).
+        variables = self.cfg.unpack(self.parallel.get(
+            {"params": state.params, "batch_stats": state.batch_stats}))
         return TrainedNet(model=self.model, variables=variables,
                           class_names=tuple(self.data.class_names),
                           normalization=self.normalization, input_shape=self.input_shape)

@@ -1,6 +1,8 @@
 """The hand-written fast paths equal the straightforward versions: batch norm (+ ReLU)
-against flax.linen.BatchNorm, max pooling against flax.linen.max_pool, the flat optimizer
-against the per-leaf one."""
+against flax.linen.BatchNorm, max pooling against flax.linen.max_pool, flat parameters against
+the per-leaf tree, the space-to-depth stem against the plain 7x7 stride-2 convolution."""
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -13,7 +15,10 @@ from jax.sharding import PartitionSpec as P
 import jaxflowers as jf
 from jaxflowers.models.norm import BatchNorm
 from jaxflowers.models.pool import max_pool
-from jaxflowers.optim import make_optimizer
+from jaxflowers.models.stem import StemConv
+from jaxflowers.optim import learn_rate_schedule, make_optimizer
+from jaxflowers.parallel import REPLICATED, DataParallel, sharded
+from jaxflowers.step import FlatParams, StepConfig, init_state, train_block
 
 X = jax.random.normal(jax.random.PRNGKey(0), (8, 5, 5, 6)) * 2 + 1
 W = jax.random.normal(jax.random.PRNGKey(2), X.shape)
@@ -93,21 +98,55 @@ def test_synchronised_statistics_and_input_gradients_match_flax_on_four_devices(
     np.testing.assert_allclose(ours[3]["mean"], expected, rtol=1e-5)
 
 
+def test_flat_params_round_trip_a_tree_in_order():
+    tree = {"a": jnp.arange(6.0).reshape(2, 3), "b": {"c": jnp.arange(4.0) + 10, "d": jnp.ones(())}}
+    flat = FlatParams.of(jax.eval_shape(lambda: tree))
+    vector = flat.ravel(tree)
+    assert vector.shape == (11,) and flat.offsets == (0, 6, 10, 11)
+    np.testing.assert_array_equal(vector[6:10], [10, 11, 12, 13])
+    for back in (flat.unravel(vector), flat.unravel(np.asarray(vector))):  # jax or numpy
+        jax.tree.map(np.testing.assert_array_equal, back, tree)
+
+
+@pytest.mark.parametrize("strategy", ["shard_map", "pmap"])
 @pytest.mark.parametrize("solver", ["adam", "sgdm"])
-def test_flat_optimizer_updates_equal_per_leaf_updates(solver):
-    opts = jf.TrainingOptions(solver=solver, initial_learn_rate=0.1, l2_regularization=1e-3)
-    params = {"a": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": {"c": jnp.arange(5.0)}}
+def test_flat_parameters_train_like_the_tree_on_4_devices(solver, strategy):
+    """GPUs keep parameters, gradient and solver state as one vector each (one all-reduce,
+    one update); 3 steps on 4 devices must equal the per-leaf tree's."""
+    parallel = DataParallel(jax.devices()[:4], strategy)
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (24, 32, 32, 3), dtype=np.uint8)
+    labels = rng.integers(0, 3, 24).astype(np.int32)
+    opts = jf.TrainingOptions(solver=solver, initial_learn_rate=0.05, mini_batch_size=8,
+                              max_epochs=1, l2_regularization=1e-3)
+    # Bias-free before batch norm (a conv bias feeding batch norm has a true gradient of
+    # zero, which Adam turns from rounding noise into +-lr steps; tests/test_parallel.py).
+    model = jf.models.ResNet(stage_sizes=(1, 1), block_cls=jf.models.BottleneckBlock,
+                             num_classes=3, num_filters=4)
+    shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)),
+                                               train=False))
     results = []
-    for flat in (False, True):
-        tx, p = make_optimizer(opts, 2, flat=flat), params
-        state = tx.init(p)
-        for step in range(3):
-            grads = jax.tree.map(lambda x: jnp.cos(x * (step + 1)), p)
-            updates, state = tx.update(grads, state, p)
-            p = optax.apply_updates(p, updates)
-        results.append(p)
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7), *results)
-    assert not np.allclose(results[0]["a"], params["a"])
+    for flat in (None, FlatParams.of(shapes["params"])):
+        cfg = StepConfig(model=model, tx=make_optimizer(opts, 3),
+                         schedule=learn_rate_schedule(opts, 3),
+                         augmentation=jf.data.Augmentation(reflect_x=True), dtype=np.float32,
+                         sync_batch_norm=False, flat=flat)
+        state = parallel.put(init_state(model, cfg.tx, (32, 32, 3), seed=0, flat=flat))
+        block = parallel.wrap(functools.partial(train_block, cfg=cfg, length=1),
+                              (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 2,
+                              (REPLICATED, REPLICATED))
+        args = [parallel.put(x) for x in (images, labels)]
+        args += [parallel.put(np.arange(24, dtype=np.int32).reshape(3, 8), sharded(1)),
+                 parallel.put((np.full(3, 120, np.float32), np.full(3, 60, np.float32))),
+                 parallel.put(np.int32(3))]
+        for _ in range(3):
+            state, _ = block(state, *args)
+        results.append(parallel.get(cfg.variables(state)))
+    assert jax.tree.structure(results[0]) == jax.tree.structure(results[1])
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), *results)
+    initial = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)), train=False)
+    assert not np.allclose(results[1]["params"]["head"]["kernel"],
+                           initial["params"]["head"]["kernel"])
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
@@ -131,3 +170,33 @@ def test_max_pool_values_and_gradients_equal_flax_also_with_ties(dtype, shape, w
     ours, ref = jax.grad(loss(max_pool))(x), jax.grad(loss(nn.max_pool))(x)
     np.testing.assert_array_equal(np.asarray(ours, np.float32), np.asarray(ref, np.float32))
     assert float(jnp.sum(ref)) > 0
+
+
+@pytest.mark.parametrize("size", [(16, 16), (15, 18), (224, 224)])
+def test_space_to_depth_stem_equals_the_7x7_stride_2_convolution(size):
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, *size, 3))
+    plain = nn.Conv(8, (7, 7), (2, 2), padding=[(3, 3), (3, 3)], use_bias=False)
+    variables = plain.init(jax.random.PRNGKey(0), x)
+    ours = StemConv(8)
+    # Same parameter: name, shape and initial values.
+    jax.tree.map(np.testing.assert_array_equal, ours.init(jax.random.PRNGKey(0), x), variables)
+    expected, got = plain.apply(variables, x), ours.apply(variables, x)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    grad = [jax.grad(lambda v, m=m: jnp.sum(m.apply(v, x) * jnp.cos(m.apply(v, x))))(variables)
+            for m in (plain, ours)]
+    np.testing.assert_allclose(grad[1]["params"]["kernel"], grad[0]["params"]["kernel"],
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_resnet_stems_compute_the_same_network():
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 64, 64, 3))
+    model = jf.models.resnet18(5)
+    variables = model.init(jax.random.PRNGKey(0), x, train=False)
+    conv = model.clone(stem="conv")
+    jax.tree.map(np.testing.assert_array_equal, conv.init(jax.random.PRNGKey(0), x, train=False),
+                 variables)
+    np.testing.assert_allclose(model.apply(variables, x, train=False),
+                               conv.apply(variables, x, train=False), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="stem='s2d'"):
+        model.clone(stem="s2d").init(jax.random.PRNGKey(0), x, train=False)

@@ -12,6 +12,8 @@ import pathlib
 import re
 import subprocess
 import sys
+import time
+import types
 
 import pytest
 from PIL import Image
@@ -45,7 +47,8 @@ def _check_outputs(out: str, depths: list[int], folder: pathlib.Path) -> dict[in
         rows = re.findall(rf"^\s+{job}\s+{depth}\s+(\d+)\s+\d+\s+[\d.]+%\s+[\d.]+%$", out, re.M)
         assert rows and rows[0] == "1", out
     final = {int(d): float(a) for d, a in
-             re.findall(r"^  job \d+ \(depth (\d+)\): ([\d.]+)%$", out, re.M)}
+             re.findall(r"^  job \d+ \(depth (\d+)\): ([\d.]+)% \(compile [\d.]+ s, training [\d.]+ s; "
+                          r"first step at [\d.]+ s, done at [\d.]+ s\)$", out, re.M)}
     assert sorted(final) == sorted(depths), out
     best = int(re.search(r"^Best network: depth (\d+)", out, re.M).group(1))
     assert final[best] == max(final.values())
@@ -186,23 +189,34 @@ def test_load_sets_splits_digits_three_ways_and_deterministically():
     assert (again.images == test.images).all() and set(test.labels) == set(range(10))
 
 
-def test_progress_table_prints_validations_and_failures_only():
+def test_progress_table_prints_validations_job_times_and_failures_only():
     stream = io.StringIO()
-    table = example.ProgressTable((1, 3), stream)
+    table = example.ProgressTable((1, 3), stream, start=time.perf_counter() - 2.0)
+    table(0, {"state": "start", "iteration": 0, "epoch": 0})
     table(0, {"state": "iteration", "iteration": 5, "epoch": 1, "accuracy": 40.0})
     table(1, {"state": "validation", "iteration": 11, "epoch": 1, "accuracy": 38.28125,
               "validation_accuracy": 23.456})
+    table(0, {"state": "done", "iteration": 5, "epoch": 1})
     table(0, {"state": "failed", "error": "job 0 raised ValueError: bad"})
     table(1, {"state": "cancelled"})
     lines = stream.getvalue().splitlines()
-    assert lines[0].split() == ["1", "3", "1", "11", "38.28%", "23.46%"]
-    assert lines[1].split()[:3] == ["0", "1", "failed:"] and lines[2].split() == [
+    assert lines[0].split()[:4] == ["0", "1", "first", "step"] and len(lines) == 5
+    assert lines[1].split() == ["1", "3", "1", "11", "38.28%", "23.46%"]
+    assert lines[2].split()[:4] == ["0", "1", "training", "done"]
+    assert lines[3].split()[:3] == ["0", "1", "failed:"] and lines[4].split() == [
         "1", "3", "cancelled"]
+    assert 2.0 <= table.began[0] <= table.ended[0] < 60 and 1 not in table.began
 
 
 def test_the_best_network_skips_failed_and_cancelled_jobs():
     stream = io.StringIO()
-    best = example._report((1, 2, 3), (None, 71.5, None), ("job 0 raised X", None, "cancelled"),
-                           stream)
+    table = example.ProgressTable((1, 2, 3), io.StringIO(), start=0.0)
+    table.began[1], table.ended[1] = 4.0, 9.5
+    info = types.SimpleNamespace(final_validation_accuracy=71.5, compile_time=1.25,
+                                 train_time=5.0)
+    best = example._report((1, 2, 3), (None, info, None), ("job 0 raised X", None, "cancelled"),
+                           table, stream)
     assert best == 1 and "job 2 (depth 3): cancelled" in stream.getvalue()
-    assert example._report((1,), (None,), ("cancelled",), io.StringIO()) is None
+    assert ("job 1 (depth 2): 71.50% (compile 1.2 s, training 5.0 s; first step at 4.0 s, "
+            "done at 9.5 s)") in stream.getvalue()
+    assert example._report((1,), (None,), ("cancelled",), table, io.StringIO()) is None

@@ -105,3 +105,39 @@ def test_validation_data_of_another_size_is_refused(small, digits):
     with pytest.raises(ValueError, match=r"validation_data images are \(16, 16, 3\)"):
         jf.train(train, jf.models.cifar_net(1),
                  jf.TrainingOptions(mini_batch_size=16, validation_data=other, verbose=False))
+
+
+def test_flat_parameter_layout_trains_validates_and_returns_the_same_net(small, run):
+    """GPUs keep parameters as one vector ("auto" -> "flat"); on CPU "flat" can be forced.
+    Same history and weights as the tree ("auto" on CPU: the `run` fixture), the net comes
+    back as the model's tree, and no program is compiled per parameter leaf."""
+    import jax
+
+    train, val = small
+    net_tree, info_tree, _, _ = run
+    compiles = []
+    listener = (lambda event, duration, **kw: compiles.append(event)
+                if event == "/jax/core/compile/backend_compile_duration" else None)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=0.05, mini_batch_size=16,
+                                  max_epochs=2, validation_data=val, validation_frequency=5,
+                                  verbose=False, shuffle="every-epoch",
+                                  output_fn=lambda message: None, parameter_layout="flat")
+        net, info = jf.train(train, jf.models.cifar_net(1), opts)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    leaves = len(jax.tree.leaves(net.variables["params"]))
+    assert jax.tree.structure(net.variables) == jax.tree.structure(net_tree.variables)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                 net.variables, net_tree.variables)
+    np.testing.assert_allclose(info.loss, info_tree.loss, rtol=1e-4)
+    np.testing.assert_allclose(info.validation_accuracy, info_tree.validation_accuracy)
+    # init, channel statistics, the block, validation: a handful, not one per leaf.
+    assert 0 < len(compiles) < leaves, (len(compiles), leaves)
+    np.testing.assert_allclose(jf.predict(net, val), jf.predict(net_tree, val), atol=1e-4)
+
+
+def test_unknown_parameter_layout_is_refused():
+    with pytest.raises(ValueError, match="parameter_layout='vector'"):
+        jf.TrainingOptions(parameter_layout="vector")

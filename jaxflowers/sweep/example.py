@@ -219,11 +219,16 @@ class ProgressTable:
     """An ``after_each`` callback printing one row per job and validation (once an epoch).
 
     Columns: job, depth, epoch, iteration, mini-batch accuracy and validation accuracy (%);
-    a failed or cancelled job gets one line saying so.
+    a job's first step and its end get a line with the sweep's clock, so start-up,
+    compile and training can be told apart; a failed or cancelled job gets one line saying
+    so. ``began``/``ended`` hold those times (seconds since ``start``) by job index.
     """
 
-    def __init__(self, depths: Sequence[int], stream: TextIO):
+    def __init__(self, depths: Sequence[int], stream: TextIO, start: float | None = None):
         self.depths, self.stream = tuple(depths), stream
+        self.start = time.perf_counter() if start is None else start
+        self.began: dict[int, float] = {}
+        self.ended: dict[int, float] = {}
 
     def header(self) -> None:
         """Print the column names."""
@@ -231,10 +236,15 @@ class ProgressTable:
 
     def __call__(self, job_index: int, message: Mapping) -> None:
         state, depth = message.get("state"), self.depths[job_index]
+        now = time.perf_counter() - self.start
         if state == "validation":
             self._print(_ROW.format(job_index, depth, message["epoch"], message["iteration"],
                                     _percent(message.get("accuracy")),
                                     _percent(message.get("validation_accuracy"))))
+        elif state in ("start", "done"):
+            (self.began if state == "start" else self.ended)[job_index] = now
+            what = "first step" if state == "start" else "training done"
+            self._print(f"{job_index:>4} {depth:>6} {what} at {now:.1f} s")
         elif state in ("failed", "cancelled"):
             why = f": {message['error']}" if message.get("error") else ""
             self._print(f"{job_index:>4} {depth:>6} {state}{why}")
@@ -288,7 +298,7 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "cifar10", ep
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with DevicePool(devices, jobs_per_device, log_dir=out / "sweep-logs") as pool:
-        plot = _watch(pool, depths, stream)
+        plot, table = _watch(pool, depths, stream, start)
         futures = [pool.submit(depth_job, data=plan, depth=d, max_epochs=epochs, seed=seed,
                                options_overrides=dict(options_overrides or {}))
                    for d in depths]
@@ -296,8 +306,9 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "cifar10", ep
     progress_path = out / "sweep_progress.png"
     plot.save(progress_path, dpi=100)
     plot.close()
-    accuracies = tuple(None if o is None else o[1].final_validation_accuracy for o in outputs)
-    best = _report(depths, accuracies, errors, stream)
+    infos = [None if o is None else o[1] for o in outputs]
+    accuracies = tuple(None if i is None else i.final_validation_accuracy for i in infos)
+    best = _report(depths, infos, errors, table, stream)
     test_accuracy = confusion_path = best_net = None
     if best is not None:
         best_net, _, test_codes = outputs[best]
@@ -308,18 +319,19 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "cifar10", ep
                        progress_path, pool.log_dir, best_net)
 
 
-def _watch(pool: DevicePool, depths: tuple[int, ...], stream: TextIO):
-    """Register the live table and the progress grid before any job can report."""
+def _watch(pool: DevicePool, depths: tuple[int, ...], stream: TextIO,
+           start: float | None = None):
+    """Register the live table and the progress grid before any job can report; both."""
     from jaxflowers.live import sweep_progress  # matplotlib, no JAX
 
     plot = sweep_progress(pool, num_jobs=len(depths), titles=[f"Depth {d}" for d in depths])
     print(f"Training {len(depths)} networks (cifar_net depths {', '.join(map(str, depths))}) "
           f"on {pool.num_slots} slot(s) of a {pool.backend} pool; job logs in {pool.log_dir}",
           file=stream)
-    table = ProgressTable(depths, stream)
+    table = ProgressTable(depths, stream, start)
     table.header()
     pool.after_each(table)
-    return plot
+    return plot, table
 
 
 def _fetch(futures) -> tuple[list, tuple[str | None, ...]]:
@@ -336,11 +348,18 @@ def _fetch(futures) -> tuple[list, tuple[str | None, ...]]:
     return outputs, tuple(errors)
 
 
-def _report(depths, accuracies, errors, stream: TextIO) -> int | None:
-    """Print each job's final validation accuracy; the index of the best, or None."""
+def _report(depths, infos, errors, table: ProgressTable, stream: TextIO) -> int | None:
+    """Print each job's final validation accuracy and timings; the index of the best, or None."""
     print("Final validation accuracy:", file=stream)
-    for i, (depth, acc, error) in enumerate(zip(depths, accuracies, errors)):
+    accuracies = [None if i is None else i.final_validation_accuracy for i in infos]
+    for i, (depth, info, error) in enumerate(zip(depths, infos, errors)):
+        acc = accuracies[i]
         result = f"{acc:.2f}%" if acc is not None else (error or "no validation")
+        if info is not None:
+            result += f" (compile {info.compile_time:.1f} s, training {info.train_time:.1f} s"
+            if i in table.began and i in table.ended:
+                result += f"; first step at {table.began[i]:.1f} s, done at {table.ended[i]:.1f} s"
+            result += ")"
         print(f"  job {i} (depth {depth}): {result}", file=stream)
     usable = [i for i, acc in enumerate(accuracies) if acc is not None]
     if not usable:
