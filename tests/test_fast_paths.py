@@ -143,7 +143,12 @@ def test_flat_parameters_train_like_the_tree_on_4_devices(solver, strategy):
             state, _ = block(state, *args)
         results.append(parallel.get(cfg.variables(state)))
     assert jax.tree.structure(results[0]) == jax.tree.structure(results[1])
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), *results)
+    # Same arithmetic per element, but XLA may sum a weight gradient in another order
+    # when its consumer is the concatenation; Adam's m / sqrt(v) turns ~1e-7 relative
+    # gradient noise on near-zero gradients into ~1e-6 absolute (seen: 2.1e-6 in 3 steps of
+    # lr 0.05, i.e. 1e-5 of the distance moved), so Adam gets an absolute tolerance of 1e-5.
+    atol = 1e-5 if solver == "adam" else 1e-6
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=atol), *results)
     initial = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)), train=False)
     assert not np.allclose(results[1]["params"]["head"]["kernel"],
                            initial["params"]["head"]["kernel"])
