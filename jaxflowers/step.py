@@ -29,7 +29,8 @@ class FlatParams:
     the compute stream waits on each), the solver's update is a few kernels instead of a
     few per leaf, and nothing is split back into leaves after the update: the forward
     pass slices each weight where it converts it to the compute dtype anyway. Same
-    arithmetic, element for element, as the per-leaf tree.
+    arithmetic, element for element, as the per-leaf tree, up to the order in which XLA
+    sums a weight gradient.
     """
 
     treedef: Any
