@@ -190,8 +190,11 @@ def test_space_to_depth_stem_equals_the_7x7_stride_2_convolution(size):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     grad = [jax.grad(lambda v, m=m: jnp.sum(m.apply(v, x) * jnp.cos(m.apply(v, x))))(variables)
             for m in (plain, ours)]
-    np.testing.assert_allclose(grad[1]["params"]["kernel"], grad[0]["params"]["kernel"],
-                               rtol=1e-4, atol=1e-4)
+    expected_grad = np.asarray(grad[0]["params"]["kernel"])
+    # Each kernel gradient sums 2 x H/2 x W/2 products in another order: float32 rounding
+    # relative to the largest entry (224 x 224 on jax 0.12: 2e-4 where entries reach 244).
+    np.testing.assert_allclose(grad[1]["params"]["kernel"], expected_grad, rtol=1e-4,
+                               atol=1e-5 * np.abs(expected_grad).max())
 
 
 def test_resnet_stems_compute_the_same_network():
