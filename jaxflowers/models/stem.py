@@ -56,5 +56,6 @@ class StemConv(nn.Module):
         # Padding 3 on each side, plus one row/column on odd sizes so the blocks tile; the
         # extra zeros only meet the kernel's zero eighth row/column.
         x = jnp.pad(x.astype(self.dtype), ((0, 0), (3, 3 + h % 2), (3, 3 + w % 2), (0, 0)))
-        return lax.conv_general_dilated(space_to_depth(x), blocked_kernel(kernel).astype(self.dtype),
-                                        (1, 1), "VALID", dimension_numbers=_DIMS)
+        kernel = blocked_kernel(kernel).astype(self.dtype)
+        return lax.conv_general_dilated(space_to_depth(x), kernel, (1, 1), "VALID",
+                                        dimension_numbers=_DIMS)
