@@ -69,6 +69,10 @@ class TrainState:
     opt_state: Any  # optax state
     key: jax.Array  # uint32 (2,) raw PRNG key data, fixed; per-step keys fold in `step`
 
+    def stored_variables(self) -> dict:
+        """``{"params": ..., "batch_stats": ...}`` as stored (flat or tree parameters)."""
+        return {"params": self.params, "batch_stats": self.batch_stats}
+
 
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
@@ -84,7 +88,7 @@ class StepConfig:
 
     def variables(self, state: TrainState) -> dict:
         """``{"params": tree, "batch_stats": ...}`` of a state, whichever the layout."""
-        return self.unpack({"params": state.params, "batch_stats": state.batch_stats})
+        return self.unpack(state.stored_variables())
 
     def unpack(self, variables: dict) -> dict:
         """Variables with the parameters as the model's tree (numpy, or inside a jitted

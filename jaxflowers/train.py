@@ -228,8 +228,7 @@ class _Run:
 
     def _validate(self, state: TrainState) -> tuple[float, float]:
         predictor, placed, labels = self.validation
-        variables = {"params": state.params, "batch_stats": state.batch_stats}
-        logits = predictor.logits(variables, placed, self.stats).astype(np.float64)
+        logits = predictor.logits(state.stored_variables(), placed, self.stats).astype(np.float64)
         logits -= logits.max(axis=1, keepdims=True)
         log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
         loss = -np.mean(log_probs[np.arange(len(labels)), labels])
@@ -258,8 +257,7 @@ class _Run:
 
     def _net(self, state: TrainState) -> TrainedNet:
         # Fetched as stored, then unravelled on the host (numpy slices, nothing compiled).
-        variables = self.cfg.unpack(self.parallel.get(
-            {"params": state.params, "batch_stats": state.batch_stats}))
+        variables = self.cfg.unpack(self.parallel.get(state.stored_variables()))
         return TrainedNet(model=self.model, variables=variables,
                           class_names=tuple(self.data.class_names),
                           normalization=self.normalization, input_shape=self.input_shape)

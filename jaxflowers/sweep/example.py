@@ -236,12 +236,12 @@ class ProgressTable:
 
     def __call__(self, job_index: int, message: Mapping) -> None:
         state, depth = message.get("state"), self.depths[job_index]
-        now = time.perf_counter() - self.start
         if state == "validation":
             self._print(_ROW.format(job_index, depth, message["epoch"], message["iteration"],
                                     _percent(message.get("accuracy")),
                                     _percent(message.get("validation_accuracy"))))
         elif state in ("start", "done"):
+            now = time.perf_counter() - self.start
             (self.began if state == "start" else self.ended)[job_index] = now
             what = "first step" if state == "start" else "training done"
             self._print(f"{job_index:>4} {depth:>6} {what} at {now:.1f} s")
