@@ -49,12 +49,25 @@ def _backward(window, strides, padding, residuals, dy):
         candidate = lax.slice(xp, (0, di, dj, 0), (n, di + span_h, dj + span_w, c),
                               (1, sh, sw, 1))
         first = jnp.where(candidate == y, k, first)
-    dxp = jnp.zeros(xp.shape, jnp.float32)
-    for k in range(kh * kw):
-        di, dj = divmod(k, kw)
-        chosen = jnp.where(first == k, dy.astype(jnp.float32), 0.0)
-        dxp = dxp + lax.pad(chosen, jnp.float32(0), ((0, 0, 0), (di, hp - di - span_h, sh - 1),
-                                                     (dj, wp - dj - span_w, sw - 1), (0, 0, 0)))
+    # Each input position i = s*q + p (phase p = i mod s) is in the windows o = q - m whose
+    # offset d = p + s*m is < k: per phase, a sum of a few shifted output-sized arrays, then
+    # the phases interleaved. (Summing k*k full-size, interior-padded copies instead cost
+    # 0.68 ms of ResNet-50's step on an H200: the largest kernel of the backward pass.)
+    qh, qw = -(-hp // sh), -(-wp // sw)
+    chosen = [jnp.where(first == k, dy.astype(jnp.float32), 0.0) for k in range(kh * kw)]
+    rows = []
+    for ph in range(sh):
+        cols = []
+        for pw in range(sw):
+            total = jnp.zeros((n, qh, qw, c), jnp.float32)
+            for mh, di in enumerate(range(ph, kh, sh)):
+                for mw, dj in enumerate(range(pw, kw, sw)):
+                    total = total + lax.pad(chosen[di * kw + dj], jnp.float32(0),
+                                            ((0, 0, 0), (mh, qh - ho - mh, 0),
+                                             (mw, qw - wo - mw, 0), (0, 0, 0)))
+            cols.append(total)
+        rows.append(jnp.stack(cols, axis=3))  # (n, qh, qw, sw, c)
+    dxp = jnp.stack(rows, axis=2).reshape(n, qh * sh, qw * sw, c)
     (top, _), (left, _) = padding
     dx = dxp[:, top:top + x.shape[1], left:left + x.shape[2], :]
     return (dx.astype(x.dtype),)
