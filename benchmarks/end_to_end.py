@@ -43,6 +43,9 @@ def run_once(cmd, env) -> dict:
     if m := re.search(r"Compile ([\d.]+) s, training ([\d.]+) s \(([\d,]+) images/s", out):
         row.update(compile_s=float(m[1]), train_s=float(m[2]),
                    images_per_s=float(m[3].replace(",", "")))
+    if m := re.search(r"Seconds: (.*)$", out, re.M):  # the train command's parts
+        row["parts_s"] = {name.strip(): float(value) for name, value in
+                          re.findall(r"([a-zA-Z -]+?) ([\d.]+)(?:,|$)", m[1])}
     if m := re.search(r"Wall time: ([\d.]+) s", out):
         row["run_sweep_s"] = float(m[1])
     if m := re.search(r"Prepared the data in ([\d.]+) s", out):
@@ -87,6 +90,8 @@ def main() -> None:
               f"{rest if rest is not None else float('nan'):7.1f}"
               + (f"  (run_sweep {r['run_sweep_s']:.1f} s)" if "run_sweep_s" in r else "")
               + (f"  FAILED rc={r['returncode']}" if r["returncode"] else ""))
+        if "parts_s" in r:
+            print("         " + ", ".join(f"{k} {v:.1f}" for k, v in r["parts_s"].items()))
         for line in r.get("jobs", []):
             print(f"         {line}")
     if args.out:

@@ -103,6 +103,9 @@ def _join_processes(args) -> None:
 
 
 def _train(args) -> int:
+    import time
+
+    clock = [time.perf_counter()]  # start, JAX ready, data ready, trained, predicted
     _join_processes(args)
     import jax
 
@@ -112,6 +115,8 @@ def _train(args) -> int:
     jf.enable_compilation_cache()  # a second run loads its compiled programs
     from jaxflowers.parallel import select_devices
 
+    select_devices("auto", args.devices)  # starts the backend
+    clock.append(time.perf_counter())
     model_name = args.model or ("resnet50" if args.data == "flowers" else "cifar_net")
     data = recipes.load_data(args.data, model=model_name)
     train_set, test_set = data.split_each_label(0.9, seed=args.seed)
@@ -126,14 +131,21 @@ def _train(args) -> int:
                                        **common)
     else:
         opts = recipes.digits_options(mini_batch_size=args.batch_size or 128, **common)
+    clock.append(time.perf_counter())
     net, info = jf.train(train_set, model, opts)
+    clock.append(time.perf_counter())
     predicted = jf.scores_to_labels(jf.predict(net, test_set, num_devices=args.devices),
                                     net.class_names)
+    clock.append(time.perf_counter())
     accuracy = jf.accuracy(predicted, test_set.labels)
     if jax.process_index() != 0:
         return 0  # every process has the same results; process 0 reports them
     print(f"Compile {info.compile_time:.1f} s, training {info.train_time:.1f} s "
           f"({info.images_per_second:,.0f} images/s on {info.num_devices} device(s))")
+    start_up, load, trained, predict = (b - a for a, b in zip(clock[:-1], clock[1:]))
+    print(f"Seconds: JAX start-up {start_up:.1f}, data {load:.1f}, placing and "
+          f"initialising {trained - info.compile_time - info.train_time:.1f}, compile "
+          f"{info.compile_time:.1f}, training {info.train_time:.1f}, prediction {predict:.1f}")
     print(f"Test accuracy: {100 * accuracy:.2f}% ({len(test_set)} images)")
     return 0
 

@@ -232,6 +232,18 @@ class DataParallel:
         With several processes every process passes the same (global) values."""
         return jax.tree.map(lambda x: self._put_one(x, spec), tree)
 
+    def abstract(self, tree):
+        """``jax.ShapeDtypeStruct``s of what ``put(tree)`` (replicated) would place, to
+        compile a function before its replicated arguments exist."""
+        def one(x):
+            if self.strategy == "pmap":
+                return jax.ShapeDtypeStruct((self.num_devices, *x.shape), x.dtype,
+                                            sharding=NamedSharding(self.mesh, sharded(0)))
+            return jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                        sharding=NamedSharding(self.mesh, REPLICATED))
+
+        return jax.tree.map(one, tree)
+
     def put_process_local(self, tree, spec: P = sharded(0)):
         """Place this process's share of arrays split along ``spec``'s axis.
 

@@ -61,14 +61,30 @@ class Predictor:
 
     def logits(self, variables, placed, stats) -> np.ndarray:
         """float32 (n, C) logits; ``variables`` and ``stats`` already placed replicated."""
+        return self.fetch(self.start(variables, placed, stats))
+
+    def compile(self, variables, placed, stats) -> None:
+        """Compile the pass for ``placed`` ahead of its first ``start``; ``variables`` may
+        be ``jax.ShapeDtypeStruct``s (``DataParallel.abstract``)."""
+        images, _, batch = placed
+        self._compiled[batch] = self._function(batch).lower(variables, images, stats).compile()
+
+    def start(self, variables, placed, stats):
+        """Dispatch the forward pass and return at once (a handle for ``fetch``): the
+        devices run it in order with whatever is dispatched next."""
         images, n, batch = placed
-        fn = self._compiled.get(batch)
-        if fn is None:
-            forward = functools.partial(_forward, model=self.model, dtype=self.dtype, batch=batch,
-                                        unpack=self.unpack)
-            fn = self.parallel.wrap(forward, (REPLICATED, sharded(0), REPLICATED), sharded(0))
-            self._compiled[batch] = fn
-        return self.parallel.get(fn(variables, images, stats), sharded(0))[:n]
+        fn = self._compiled.get(batch) or self._compiled.setdefault(batch, self._function(batch))
+        return fn(variables, images, stats), n
+
+    def _function(self, batch: int):
+        forward = functools.partial(_forward, model=self.model, dtype=self.dtype, batch=batch,
+                                    unpack=self.unpack)
+        return self.parallel.wrap(forward, (REPLICATED, sharded(0), REPLICATED), sharded(0))
+
+    def fetch(self, handle) -> np.ndarray:
+        """The float32 (n, C) logits of a ``start``; waits for that pass only."""
+        logits, n = handle
+        return self.parallel.get(logits, sharded(0))[:n]
 
 
 def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str = "auto",

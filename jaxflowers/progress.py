@@ -35,8 +35,8 @@ class TrainingInfo:
     validation_accuracy: np.ndarray  # float (V,), %
     compile_time: float = 0.0  # seconds spent compiling before the first step
     train_time: float = 0.0  # seconds of the training loop, validation included
-    validation_time: float = 0.0  # seconds of that spent validating
-    images_per_second: float = 0.0  # training images per second, validation excluded
+    validation_time: float = 0.0  # seconds of that the host waited for validation results
+    images_per_second: float = 0.0  # training images / (train_time - validation_time)
     num_devices: int = 1
     data_placement: str = "resident"  # "resident" (copied to the devices) or "stream"
     stopped_early: bool = False  # output_fn asked to stop

@@ -101,6 +101,12 @@ class StepConfig:
 def init_state(model, tx, image_shape, seed: int, flat: FlatParams | None = None) -> TrainState:
     """Initialise parameters (float32; one vector with ``flat``) and optimizer state on the
     default device."""
+    return init_program(model, tx, image_shape, seed, flat)()
+
+
+def init_program(model, tx, image_shape, seed: int, flat: FlatParams | None = None):
+    """The jitted, argument-free program behind ``init_state`` (``.eval_shape()`` gives the
+    state's shapes without compiling it; calling it reuses that trace)."""
     data_key = jax.random.split(jax.random.PRNGKey(seed))[1]
     # Initial weights from XLA's RngBitGenerator ("rbg" keys) instead of threefry: the same
     # initialisers and distributions, and for each parameter one generator op instead of
@@ -117,7 +123,7 @@ def init_state(model, tx, image_shape, seed: int, flat: FlatParams | None = None
                           batch_stats=variables.get("batch_stats", {}),
                           opt_state=tx.init(params), key=data_key)
 
-    return _init()
+    return _init
 
 
 def sample_keys(state: TrainState, batch_size: int) -> jax.Array:

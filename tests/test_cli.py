@@ -23,6 +23,10 @@ def test_main_job_trains_on_embedded_digits_to_95_percent(tmp_path):
     assert re.search(r"\|\s+15 \|\s+180 \|", out)  # the table reached epoch 15, iteration 180
     accuracy = float(re.search(r"Test accuracy: ([\d.]+)% \(\d+ images\)", out).group(1))
     assert accuracy >= 95.0, out[-2000:]
+    # Where the process's time went, each part once.
+    parts = re.search(r"Seconds: JAX start-up ([\d.]+), data ([\d.]+), placing and initialising "
+                      r"([\d.]+), compile ([\d.]+), training ([\d.]+), prediction ([\d.]+)", out)
+    assert parts and float(parts[5]) > 0 and float(parts[4]) > 0, out[-2000:]
     assert any((tmp_path / "xla").iterdir())  # compiled programs kept for the next run
 
 

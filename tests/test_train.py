@@ -1,4 +1,5 @@
 """The training loop through the public API: epochs, validation, the table, output_fn, errors."""
+import importlib
 import io
 import contextlib
 
@@ -64,6 +65,34 @@ def test_verbose_table_rows(run):
     assert iterations == [1, 4, 5, 8, 10, 12]  # first, every 4th, validations, last
     assert "Training on 4 x cpu" in out and "Mini-batch" in out and "Base Learning" in out
     assert rows[-1].count("%") == 2  # the last row carries a validation accuracy
+
+
+def test_reading_results_one_sync_point_late_changes_nothing(small, monkeypatch):
+    """On GPUs the host reads each sync point's results (metrics, validation) one sync
+    point later while the devices run ahead (train._look_ahead; 0 on CPUs, whose
+    collectives time out with many programs queued, so forced here on one device). History
+    and table must be exactly those of the loop that reads every result at once."""
+    train_module = importlib.import_module("jaxflowers.train")  # the module, not jf.train
+
+    train, val = small
+    opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=0.05, mini_batch_size=16,
+                              max_epochs=2, validation_data=val, validation_frequency=5,
+                              verbose_frequency=4, shuffle="every-epoch", num_devices=1)
+    results = []
+    for look_ahead in (0, 1):
+        monkeypatch.setattr(train_module, "_look_ahead", lambda *_, ahead=look_ahead: ahead)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            _, info = jf.train(train, jf.models.cifar_net(1), opts)
+        rows = [line.split("|")[1:3] + line.split("|")[4:] for line in out.getvalue().splitlines()
+                if line.startswith("|") and line[2:9].strip().isdigit()]  # all but the clock
+        results.append((info, rows))
+    (now, rows_now), (late, rows_late) = results
+    np.testing.assert_array_equal(late.validation_iteration, [5, 10, 12])
+    for field in ("loss", "accuracy", "validation_iteration", "validation_loss",
+                  "validation_accuracy"):
+        np.testing.assert_array_equal(getattr(late, field), getattr(now, field))
+    assert rows_late == rows_now and len(rows_now) == 6
 
 
 def test_output_fn_sees_every_iteration_in_order(run):
