@@ -115,7 +115,7 @@ def _train(args) -> int:
     jf.enable_compilation_cache()  # a second run loads its compiled programs
     from jaxflowers.parallel import select_devices
 
-    select_devices("auto", args.devices)  # starts the backend
+    devices = select_devices("auto", args.devices)  # starts the backend
     clock.append(time.perf_counter())
     model_name = args.model or ("resnet50" if args.data == "flowers" else "cifar_net")
     data = recipes.load_data(args.data, model=model_name)
@@ -126,9 +126,8 @@ def _train(args) -> int:
     if args.epochs:
         common["max_epochs"] = args.epochs
     if model_name == "resnet50":
-        n = len(select_devices("auto", args.devices))
-        opts = recipes.flowers_options(n, len(train_set), per_device_batch=args.batch_size or 128,
-                                       **common)
+        opts = recipes.flowers_options(len(devices), len(train_set),
+                                       per_device_batch=args.batch_size or 128, **common)
     else:
         opts = recipes.digits_options(mini_batch_size=args.batch_size or 128, **common)
     clock.append(time.perf_counter())

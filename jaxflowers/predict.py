@@ -73,8 +73,9 @@ class Predictor:
         """Dispatch the forward pass and return at once (a handle for ``fetch``): the
         devices run it in order with whatever is dispatched next."""
         images, n, batch = placed
-        fn = self._compiled.get(batch) or self._compiled.setdefault(batch, self._function(batch))
-        return fn(variables, images, stats), n
+        if batch not in self._compiled:
+            self._compiled[batch] = self._function(batch)  # compiled on its first call
+        return self._compiled[batch](variables, images, stats), n
 
     def _function(self, batch: int):
         forward = functools.partial(_forward, model=self.model, dtype=self.dtype, batch=batch,

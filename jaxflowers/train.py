@@ -138,14 +138,13 @@ class _Run:
             # validation pass and, here, the training block (10.7 s).
             with concurrent.futures.ThreadPoolExecutor(2, "jaxflowers-compile") as pool:
                 state = pool.submit(lambda: self.parallel.put(init()))
-                if self.validation is not None:
-                    predictor, placed, _ = self.validation
-                    validation = pool.submit(predictor.compile, shapes.stored_variables(),
-                                             placed, self.stats)
+                validation = None if self.validation is None else pool.submit(
+                    self.validation[0].compile, shapes.stored_variables(), self.validation[1],
+                    self.stats)
                 step_fn = self._compile(shapes)
                 state = state.result()
-                if self.validation is not None:
-                    validation.result()
+                if validation:
+                    validation.result()  # raises what the compilation raised
             compile_time = time.perf_counter() - t0
             progress = self._progress()
             progress.start(self._summary())
@@ -185,7 +184,7 @@ class _Run:
         opts = self.options
         lag = _look_ahead(opts, self.parallel.devices[0].platform)
         queue: collections.deque = collections.deque()  # per sync point: (blocks, validation)
-        done, t0, host_wait = 0, time.perf_counter(), [0.0]
+        done, t0, val_wait = 0, time.perf_counter(), 0.0
         while done < self.total and not self._stopping(progress):
             limit = min(self._next_sync(done), self.total)
             blocks = []
@@ -202,25 +201,27 @@ class _Run:
                 validation = done, predictor.start(state.stored_variables(), placed, self.stats)
             queue.append((blocks, validation))
             while len(queue) > lag:
-                self._record(*queue.popleft(), progress, host_wait)
+                val_wait += self._record(*queue.popleft(), progress)
         while queue:
-            self._record(*queue.popleft(), progress, host_wait)
+            val_wait += self._record(*queue.popleft(), progress)
         jax.block_until_ready(state)
         train_time = time.perf_counter() - t0
         images = progress.iterations_done * opts.mini_batch_size
-        return state, {"train_time": train_time, "validation_time": host_wait[0],
-                       "images_per_second": images / max(train_time - host_wait[0], 1e-9)}
+        return state, {"train_time": train_time, "validation_time": val_wait,
+                       "images_per_second": images / max(train_time - val_wait, 1e-9)}
 
-    def _record(self, blocks, validation, progress: Progress, host_wait: list) -> None:
-        """Hand a sync point's metrics and validation to ``progress`` (waits for them) and
-        report; ``host_wait[0]`` accumulates the time spent waiting for validations."""
+    def _record(self, blocks, validation, progress: Progress) -> float:
+        """Hand a sync point's metrics and validation to ``progress`` (waiting for them)
+        and report; returns the seconds spent waiting for the validation."""
         _drain(blocks, progress, self.parallel)
+        waited = 0.0
         if validation is not None:
             t_val = time.perf_counter()
             iteration, handle = validation
             progress.add_validation(iteration, *self._score(self.validation[0].fetch(handle)))
-            host_wait[0] += time.perf_counter() - t_val
+            waited = time.perf_counter() - t_val
         progress.report()
+        return waited
 
     def _stopping(self, progress: Progress) -> bool:
         """Whether ``output_fn`` asked to stop. With several processes only process 0 runs
@@ -312,10 +313,9 @@ def _look_ahead(options: TrainingOptions, platform: str) -> int:
 
     1 on accelerators: the devices already run the next iterations while the host reads a
     sync point's results, so they never wait for the host between validations (on 2 H200s
-    the MATLAB example's training took 2.4 s more than its 960 steps: ~30 ms per each of
-    its 80 validations). 0 with
-    ``output_fn``, which may stop training on what it sees, so it sees every result as
-    soon as it exists. 0 on XLA:CPU, where the "devices" are the host's own cores (nothing
+    the MATLAB example's training took 2.4 s more than its 960 steps: ~30 ms for each of
+    its 80 validations). 0 with ``output_fn``, which may stop training on what it sees, so
+    it sees every result as soon as it exists. 0 on XLA:CPU, where the "devices" are the host's own cores (nothing
     to overlap), and where many queued multi-device programs time out in XLA:CPU's
     collectives (a 40 s rendezvous abort seen with 4 fake devices on 2 cores)."""
     return 0 if options.output_fn is not None or platform == "cpu" else 1
