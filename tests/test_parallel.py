@@ -39,11 +39,17 @@ def _train(solver, num_devices, strategy, sync=True):
     return net, info
 
 
-def _assert_close(tree_a, tree_b, rtol=1e-5):
-    """Leaf-wise ||a - b|| <= rtol ||b||."""
+def _assert_close(tree_a, tree_b, rtol=1e-5, atol=1e-9):
+    """Leaf-wise ||a - b|| <= rtol ||b|| + atol.
+
+    ``atol`` is for leaves that barely left zero: a batch-norm bias feeding a convolution
+    and another batch norm has a gradient that nearly cancels (its constant shift is
+    normalised away), so after 3 steps it is ~1e-6 with ~1e-5 relative rounding noise
+    from the order of the sums (2.4e-11 absolute); a real error is ~1e-3 absolute."""
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(tree_a), jax.tree.leaves(tree_b)):
         a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-        assert np.linalg.norm(a - b) <= rtol * np.linalg.norm(b), jax.tree_util.keystr(path)
+        assert np.linalg.norm(a - b) <= rtol * np.linalg.norm(b) + atol, \
+            jax.tree_util.keystr(path)
 
 
 @pytest.fixture(scope="module", params=["sgdm", "adam"])
