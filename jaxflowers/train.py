@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxflowers.data.loader import ResidentData, channel_stats, choose_placement
+from jaxflowers.data.loader import ResidentData, channel_stats, choose_placement, image_shape
 from jaxflowers.optim import learn_rate_schedule, make_optimizer
 from jaxflowers.options import TrainingOptions
 from jaxflowers.parallel import AXIS, DataParallel, select_devices
@@ -98,12 +98,14 @@ class _Run:
         self.feed = self._place_data(data)
         self.steps_per_epoch = self.feed.steps_per_epoch
         self.total = self.steps_per_epoch * options.max_epochs
-        # A resident set is measured on its devices; a streamed one on the host.
-        self.normalization = (channel_stats(data.images) if self.streamed
-                              else self.feed.channel_stats())
-        self.stats = parallel.put(self.normalization)
-        self.input_shape = (options.augmentation.output_shape(tuple(data.images.shape[1:]))
-                            if options.augmentation else tuple(data.images.shape[1:]))
+        shape = image_shape(data)
+        self.input_shape = (options.augmentation.output_shape(shape) if options.augmentation
+                            else shape)
+        # Per-channel (mean, std) of the training images: measured while compiling
+        # (``_measure``); until then only their shapes, which is all compiling needs.
+        self.normalization = self.stats = None
+        channels = jax.ShapeDtypeStruct((shape[-1],), jnp.float32)
+        self.stats_shape = parallel.abstract((channels, channels))
         self.cfg = StepConfig(
             model=_configure(model, self.dtype, AXIS if options.sync_batch_norm else None),
             tx=make_optimizer(options, self.steps_per_epoch),
@@ -133,16 +135,18 @@ class _Run:
                             self.cfg.flat)
         shapes = self.parallel.abstract(init.eval_shape())
         try:
-            # Three independent compilations at once: the initial weights (one kernel per
-            # parameter: ResNet-50's took 10.0 s of a cold 22.8 s on an H200), the
-            # validation pass and, here, the training block (10.7 s).
-            with concurrent.futures.ThreadPoolExecutor(2, "jaxflowers-compile") as pool:
+            # Independent work at once: the initial weights (compiled and placed), the
+            # validation pass's compilation, the training set's copy and statistics
+            # (``ResidentData`` copies in its own thread) and, here, the training block's
+            # compilation (the longest: 11-14 s for ResNet-50 on an H200 host).
+            with concurrent.futures.ThreadPoolExecutor(3, "jaxflowers-compile") as pool:
                 state = pool.submit(lambda: self.parallel.put(init()))
+                measured = pool.submit(self._measure)
                 validation = None if self.validation is None else pool.submit(
                     self.validation[0].compile, shapes.stored_variables(), self.validation[1],
-                    self.stats)
+                    self.stats_shape)
                 step_fn = self._compile(shapes)
-                state = state.result()
+                state, _ = state.result(), measured.result()
                 if validation:
                     validation.result()  # raises what the compilation raised
             compile_time = time.perf_counter() - t0
@@ -154,6 +158,13 @@ class _Run:
         info = progress.finish(compile_time=compile_time, num_devices=self.parallel.num_devices,
                                data_placement=self.placement.kind, **timings)
         return self._net(state), info
+
+    def _measure(self) -> None:
+        """The training images' per-channel (mean, std), on the host and placed: a resident
+        set is measured on its devices once copied, a streamed one on the host."""
+        self.normalization = (channel_stats(self.data.images) if self.streamed
+                              else self.feed.channel_stats())
+        self.stats = self.parallel.put(self.normalization)
 
     def _choose_placement(self, requested: str, data):
         """Resident or streamed, by this process's devices; with several processes, process
@@ -178,7 +189,7 @@ class _Run:
             fn = functools.partial(train_streamed, cfg=self.cfg)
         else:
             fn = functools.partial(train_block, cfg=self.cfg, length=self.block)
-        return self.feed.compile(fn, state, self.stats)
+        return self.feed.compile(fn, state, self.stats_shape)
 
     def _loop(self, step_fn, state, progress: Progress):
         opts = self.options
@@ -189,7 +200,7 @@ class _Run:
             limit = min(self._next_sync(done), self.total)
             blocks = []
             while done < limit and not self._stopping(progress):
-                state, metrics = step_fn(state, limit)
+                state, metrics = step_fn(state, self.stats, limit)
                 blocks.append((min(self.block, limit - done), metrics))
                 done += blocks[-1][0]
                 if opts.output_fn is not None and len(blocks) > 1:

@@ -1,6 +1,7 @@
 """The training loop through the public API: epochs, validation, the table, output_fn, errors."""
 import importlib
 import io
+import threading
 import contextlib
 
 import numpy as np
@@ -170,3 +171,64 @@ def test_flat_parameter_layout_trains_validates_and_returns_the_same_net(small, 
 def test_unknown_parameter_layout_is_refused():
     with pytest.raises(ValueError, match="parameter_layout='vector'"):
         jf.TrainingOptions(parameter_layout="vector")
+
+
+class _Gated:
+    """An image set whose images arrive only when ``gate`` opens, or fail to."""
+
+    def __init__(self, data, gate, error=None):
+        self.data, self.gate, self.error = data, gate, error
+        self.labels, self.class_names = data.labels, data.class_names
+        self.image_shape = data.image_shape
+
+    def __len__(self):
+        return len(self.data)
+
+    @property
+    def images(self):
+        assert self.gate.wait(60)
+        if self.error:
+            raise self.error
+        return self.data.images
+
+
+def test_the_resident_copy_runs_while_compiling(small):
+    """Compiling needs only the set's shape: it finishes while the images are still to come,
+    and the copy, once they arrive, feeds the compiled block."""
+    import jax
+
+    from jaxflowers.data.loader import ResidentData
+    from jaxflowers.parallel import REPLICATED, DataParallel
+
+    train, _ = small
+    gate = threading.Event()
+    parallel = DataParallel(jax.devices()[:2])
+    feed = ResidentData.place(parallel, _Gated(train, gate), mini_batch_size=8, num_epochs=1,
+                              shuffle="never", seed=0)
+
+    def block(total, images, labels, order, stats, limit):  # per device: its 4 columns
+        picked = images[order[0]].astype(np.float32).sum() + labels[order[0]].sum()
+        return total + jax.lax.psum(picked, "data") * stats[0][0], {"limit": limit}
+
+    abstract = parallel.abstract((jax.ShapeDtypeStruct((), np.float32),
+                                  jax.ShapeDtypeStruct((3,), np.float32)))
+    run = feed.compile(block, abstract[0], (abstract[1], abstract[1]))
+    assert not gate.is_set()  # compiled without a single image
+    gate.set()
+    ones = parallel.put(np.ones(3, np.float32))
+    total, _ = run(parallel.put(np.float32(0)), (ones, ones), 1)
+    first = np.arange(8)  # "never" shuffles: the first batch is samples 0..7
+    expected = train.images[first].astype(np.float64).sum() + train.labels[first].sum()
+    np.testing.assert_allclose(float(parallel.get(total)), expected, rtol=1e-6)
+    feed.close()
+
+
+def test_an_unreadable_training_set_fails_train_with_its_error(small):
+    train, _ = small
+    gate = threading.Event()
+    gate.set()
+    bad = _Gated(train, gate, OSError("cannot read /data/cache/flowers-224.npy"))
+    opts = jf.TrainingOptions(mini_batch_size=8, max_epochs=1, verbose=False,
+                              data_placement="resident")
+    with pytest.raises(OSError, match="flowers-224.npy"):
+        jf.train(bad, jf.models.cifar_net(1, num_classes=len(train.class_names)), opts)

@@ -16,10 +16,11 @@ only the rows its devices need) would make the gather a cross-host exchange.
 """
 from __future__ import annotations
 
-import dataclasses
+import concurrent.futures
 import os
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -57,18 +58,26 @@ def choose_placement(requested: str, data, devices) -> Placement:
     Args:
       requested: "resident", "stream", or "auto" (resident when the uint8 images and
         int32 labels fit :func:`device_memory_budget`, else stream).
-      data: an image set with ``images`` (N, H, W, C) uint8 (a memory map is not read).
+      data: an image set with ``images`` (N, H, W, C) uint8 (only its shape is used: a
+        memory map is not read, a folder's subset not gathered).
       devices: this process's devices the set would be replicated on.
 
     Returns:
       A :class:`Placement`.
     """
-    nbytes = int(data.images.nbytes) + 4 * len(data)
+    nbytes = len(data) * (int(np.prod(image_shape(data))) + 4)
     budget = device_memory_budget(devices)
     kind = requested
     if requested == "auto":
         kind = "resident" if nbytes <= budget else "stream"
     return Placement(kind, nbytes, budget)
+
+
+def image_shape(data) -> tuple[int, ...]:
+    """(H, W, C) of an image set's images, without reading (or gathering) them when the set
+    knows it (``ImageSet`` and ``ImageFolder`` have ``image_shape``)."""
+    shape = getattr(data, "image_shape", None)
+    return tuple(shape) if shape is not None else tuple(data.images.shape[1:])
 
 
 def device_memory_budget(devices) -> int:
@@ -148,9 +157,13 @@ def _row_moments(images):
     return x.sum(axis=2), (x * x).sum(axis=2)
 
 
-@dataclasses.dataclass
 class ResidentData:
     """A training set copied once to every device, plus its iteration plan.
+
+    The copy runs in a background thread from ``place`` on: compiling needs only the set's
+    shape, so the two overlap (a first copy of Flowers' 500 MB to an H200 took 1.7 s,
+    mostly the driver pinning host memory; benchmarks/NOTES.md, session 5). Whatever reads
+    the arrays waits for the copy, and re-raises its error.
 
     Attributes:
       parallel: the devices it lives on.
@@ -160,35 +173,55 @@ class ResidentData:
       steps_per_epoch: iterations per epoch.
     """
 
-    parallel: DataParallel
-    images: Any
-    labels: Any
-    order: Any
-    steps_per_epoch: int
-    _compiled: Any = dataclasses.field(default=None, init=False, repr=False)
-    _stats: Any = dataclasses.field(default=None, init=False, repr=False)
-    _limit: tuple = dataclasses.field(default=(None, None), init=False, repr=False)
+    def __init__(self, parallel: DataParallel, copy: concurrent.futures.Future, shape,
+                 order, steps: int):
+        self.parallel, self._copy, self.shape = parallel, copy, tuple(shape)
+        self.order, self.steps_per_epoch = order, steps
+        self._compiled = None
+        self._limit: tuple = (None, None)
+
+    @property
+    def images(self):
+        return self._copy.result()[0]
+
+    @property
+    def labels(self):
+        return self._copy.result()[1]
 
     @classmethod
     def place(cls, parallel: DataParallel, data, *, mini_batch_size: int, num_epochs: int,
               shuffle: str, seed: int) -> "ResidentData":
+        """Plan the epochs and start copying ``data`` (its ``images`` are read, a folder's
+        subset gathered, in the background too)."""
         order = epoch_order(len(data), mini_batch_size, num_epochs, shuffle, seed)
-        return cls(parallel=parallel, images=parallel.put(np.asarray(data.images), REPLICATED),
-                   labels=parallel.put(np.asarray(data.labels, np.int32), REPLICATED),
-                   order=parallel.put(order, sharded(1)),
-                   steps_per_epoch=steps_per_epoch(len(data), mini_batch_size))
+
+        def copy():
+            return (parallel.put(np.asarray(data.images), REPLICATED),
+                    parallel.put(np.asarray(data.labels, np.int32), REPLICATED))
+
+        worker = concurrent.futures.ThreadPoolExecutor(1, "jaxflowers-copy")
+        try:
+            started = worker.submit(copy)
+        finally:
+            worker.shutdown(wait=False)
+        return cls(parallel, started, (len(data), *image_shape(data)),
+                   parallel.put(order, sharded(1)), steps_per_epoch(len(data), mini_batch_size))
 
     def compile(self, block_fn: Callable, state, stats) -> Callable:
-        """Compile the per-device ``block_fn(state, images, labels, order, stats, limit)``.
+        """Compile the per-device ``block_fn(state, images, labels, order, stats, limit)``;
+        ``state`` and ``stats`` may be ``jax.ShapeDtypeStruct``s (``DataParallel.abstract``).
+        Does not wait for the copy.
 
         Returns:
-          ``run(state, limit) -> (state, metrics)``: one dispatch of the block, stopping at
-          iteration ``limit`` (an int).
+          ``run(state, stats, limit) -> (state, metrics)``: one dispatch of the block,
+          stopping at iteration ``limit`` (an int).
         """
         specs = (REPLICATED, REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED)
         fn = self.parallel.wrap(block_fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
-        self._stats, self._limit = stats, (0, self.parallel.put(np.int32(0)))
-        self._compiled = fn.lower(state, self.images, self.labels, self.order, stats,
+        images, labels = self.parallel.abstract((jax.ShapeDtypeStruct(self.shape, np.uint8),
+                                                 jax.ShapeDtypeStruct(self.shape[:1], np.int32)))
+        self._limit = (0, self.parallel.put(np.int32(0)))
+        self._compiled = fn.lower(state, images, labels, self.order, stats,
                                   self._limit[1]).compile()
         return self._run
 
@@ -202,15 +235,17 @@ class ResidentData:
         """
         fn = self.parallel.wrap(_row_moments, (REPLICATED,), (REPLICATED, REPLICATED))
         sums, squares = self.parallel.get(fn(self.images))
-        count = sums.shape[0] * sums.shape[1] * self.images.shape[-2]  # N * H * W
+        count = sums.shape[0] * sums.shape[1] * self.shape[-2]  # N * H * W
         return _stats_from_moments(sums.sum((0, 1), dtype=np.int64),
                                    squares.sum((0, 1), dtype=np.int64), count)
 
-    def _run(self, state, limit: int):
+    def _run(self, state, stats, limit: int):
         if limit != self._limit[0]:  # one small copy per sync interval, not per dispatch
             self._limit = (limit, self.parallel.put(np.int32(limit)))
-        return self._compiled(state, self.images, self.labels, self.order, self._stats,
+        return self._compiled(state, self.images, self.labels, self.order, stats,
                               self._limit[1])
 
     def close(self) -> None:
-        """Nothing to release (the feeds share this call; the streamed one stops threads)."""
+        """Let the copy finish (training may end early, on an error among others), so no
+        thread outlives ``train``; its own error was raised to whoever read the arrays."""
+        concurrent.futures.wait([self._copy])

@@ -94,7 +94,7 @@ class StreamedData:
 
     def __init__(self, parallel: DataParallel, batches: grain.IterDataset, steps: int):
         self.parallel, self.batches, self.steps_per_epoch = parallel, batches, steps
-        self._iterator = self._next = self._compiled = self._stats = None
+        self._iterator = self._next = self._compiled = None
 
     @classmethod
     def place(cls, parallel: DataParallel, data, *, mini_batch_size: int, num_epochs: int,
@@ -109,23 +109,24 @@ class StreamedData:
                    steps_per_epoch(len(data), mini_batch_size))
 
     def compile(self, step_fn: Callable, state, stats) -> Callable:
-        """Compile the per-device ``step_fn(state, images, labels, stats)`` and place batch 1.
+        """Compile the per-device ``step_fn(state, images, labels, stats)`` and place batch 1;
+        ``state`` and ``stats`` may be ``jax.ShapeDtypeStruct``s.
 
         Returns:
-          ``run(state, limit) -> (state, metrics)``: one iteration on the next batch
+          ``run(state, stats, limit) -> (state, metrics)``: one iteration on the next batch
           (``limit`` is unused: one iteration per dispatch never overshoots it).
         """
         specs = (REPLICATED, sharded(0), sharded(0), REPLICATED)
         fn = self.parallel.wrap(step_fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
         self._iterator = iter(self.batches)
-        self._next, self._stats = self._place_next(), stats
+        self._next = self._place_next()
         self._compiled = fn.lower(state, *self._next, stats).compile()
         return self._run
 
-    def _run(self, state, limit: int):
+    def _run(self, state, stats, limit: int):
         del limit
         images, labels = self._next
-        state, metrics = self._compiled(state, images, labels, self._stats)  # asynchronous
+        state, metrics = self._compiled(state, images, labels, stats)  # asynchronous
         # Read and copy batch n+1 while the devices run batch n: nothing has waited on
         # batch n's results yet, so the copy overlaps its compute.
         self._next = self._place_next()
