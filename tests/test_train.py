@@ -198,7 +198,7 @@ def test_the_resident_copy_runs_while_compiling(small):
     import jax
 
     from jaxflowers.data.loader import ResidentData
-    from jaxflowers.parallel import REPLICATED, DataParallel
+    from jaxflowers.parallel import DataParallel
 
     train, _ = small
     gate = threading.Event()
