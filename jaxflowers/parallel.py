@@ -232,15 +232,20 @@ class DataParallel:
         With several processes every process passes the same (global) values."""
         return jax.tree.map(lambda x: self._put_one(x, spec), tree)
 
-    def abstract(self, tree):
-        """``jax.ShapeDtypeStruct``s of what ``put(tree)`` (replicated) would place, to
-        compile a function before its replicated arguments exist."""
+    def abstract(self, tree, spec: P = REPLICATED):
+        """``jax.ShapeDtypeStruct``s of what ``put(tree, spec)`` would place, to compile a
+        function before its arguments exist (or have reached the devices)."""
+        axis = _shard_axis(spec)
+
         def one(x):
-            if self.strategy == "pmap":
-                return jax.ShapeDtypeStruct((self.num_devices, *x.shape), x.dtype,
-                                            sharding=NamedSharding(self.mesh, sharded(0)))
-            return jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                        sharding=NamedSharding(self.mesh, REPLICATED))
+            if self.strategy == "shard_map":
+                return jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                            sharding=NamedSharding(self.mesh, spec))
+            shape = list(x.shape)  # pmap: the device axis first, as `put` stacks or splits
+            if axis is not None:
+                shape[axis] //= self.num_devices
+            return jax.ShapeDtypeStruct((self.num_devices, *shape), x.dtype,
+                                        sharding=NamedSharding(self.mesh, sharded(0)))
 
         return jax.tree.map(one, tree)
 

@@ -51,21 +51,32 @@ class Predictor:
 
     def place(self, images: np.ndarray):
         """Pad (n, H, W, C) uint8 images to whole device batches and shard them."""
-        n, devices = len(images), self.parallel.num_devices
-        batch = max(1, min(self.per_device_batch, -(-n // devices)))
-        padded = -(-n // (devices * batch)) * devices * batch
+        n, (padded, batch) = len(images), self._layout(len(images))
         images = np.asarray(images)
         if padded > n:
             images = np.concatenate([images, np.zeros((padded - n, *images.shape[1:]), np.uint8)])
         return self.parallel.put(images, sharded(0)), n, batch
+
+    def abstract(self, n: int, image_shape):
+        """What ``place`` returns for ``n`` images of ``image_shape``, as shapes: enough to
+        ``compile`` before the images are placed."""
+        padded, batch = self._layout(n)
+        images = jax.ShapeDtypeStruct((padded, *image_shape), np.uint8)
+        return self.parallel.abstract(images, sharded(0)), n, batch
+
+    def _layout(self, n: int) -> tuple[int, int]:
+        """(padded count, per-device batch) for ``n`` images."""
+        devices = self.parallel.num_devices
+        batch = max(1, min(self.per_device_batch, -(-n // devices)))
+        return -(-n // (devices * batch)) * devices * batch, batch
 
     def logits(self, variables, placed, stats) -> np.ndarray:
         """float32 (n, C) logits; ``variables`` and ``stats`` already placed replicated."""
         return self.fetch(self.start(variables, placed, stats))
 
     def compile(self, variables, placed, stats) -> None:
-        """Compile the pass for ``placed`` ahead of its first ``start``; ``variables`` may
-        be ``jax.ShapeDtypeStruct``s (``DataParallel.abstract``)."""
+        """Compile the pass for ``placed`` ahead of its first ``start``; ``variables``,
+        ``placed`` (``abstract``) and ``stats`` may be shapes (``DataParallel.abstract``)."""
         images, _, batch = placed
         self._compiled[batch] = self._function(batch).lower(variables, images, stats).compile()
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from jaxflowers.data.loader import ResidentData, channel_stats, choose_placement, image_shape
 from jaxflowers.optim import learn_rate_schedule, make_optimizer
+from jaxflowers.models import init_rng
 from jaxflowers.options import TrainingOptions
 from jaxflowers.parallel import AXIS, DataParallel, select_devices
 from jaxflowers.predict import Predictor
@@ -124,8 +125,10 @@ class _Run:
         about 2x slower than per leaf, so "auto" keeps the tree on CPUs."""
         if layout == "tree" or (layout == "auto" and platform != "gpu"):
             return None
+        # Traced with the init's own (hash) key: with a threefry key this trace took 3.0 s
+        # of a warm 1-GPU run's profile, every initialiser tracing threefry's rounds.
         shapes = jax.eval_shape(lambda: self.model.init(
-            jax.random.PRNGKey(0), jnp.zeros((1, *self.input_shape), jnp.float32), train=False))
+            init_rng.key(0), jnp.zeros((1, *self.input_shape), jnp.float32), train=False))
         return FlatParams.of(shapes["params"])
 
     def execute(self) -> tuple[TrainedNet, TrainingInfo]:
@@ -136,19 +139,26 @@ class _Run:
         shapes = self.parallel.abstract(init.eval_shape())
         try:
             # Independent work at once: the initial weights (compiled and placed), the
-            # validation pass's compilation, the training set's copy and statistics
-            # (``ResidentData`` copies in its own thread) and, here, the training block's
-            # compilation (the longest: 11-14 s for ResNet-50 on an H200 host).
-            with concurrent.futures.ThreadPoolExecutor(3, "jaxflowers-compile") as pool:
+            # validation set's copy and pass's compilation, the training set's copy and
+            # statistics (``ResidentData`` copies in its own thread) and, here, the training
+            # block's compilation (the longest: 11-14 s for ResNet-50 on an H200 host). A
+            # process's first copy to a GPU costs ~1.5 s whatever its size, so no copy
+            # precedes the compilation.
+            with concurrent.futures.ThreadPoolExecutor(4, "jaxflowers-compile") as pool:
                 state = pool.submit(lambda: self.parallel.put(init()))
                 measured = pool.submit(self._measure)
-                validation = None if self.validation is None else pool.submit(
-                    self.validation[0].compile, shapes.stored_variables(), self.validation[1],
-                    self.stats_shape)
+                validation = None
+                if self.validation is not None:
+                    predictor, placed, labels = self.validation
+                    data = self.options.validation_data  # read (a folder's gathered) there
+                    validation = (pool.submit(lambda: predictor.place(np.asarray(data.images))),
+                                  pool.submit(predictor.compile, shapes.stored_variables(),
+                                              placed, self.stats_shape))
                 step_fn = self._compile(shapes)
                 state, _ = state.result(), measured.result()
                 if validation:
-                    validation.result()  # raises what the compilation raised
+                    validation[1].result()  # raises what the compilation raised
+                    self.validation = (predictor, validation[0].result(), labels)
             compile_time = time.perf_counter() - t0
             progress = self._progress()
             progress.start(self._summary())
@@ -261,13 +271,14 @@ class _Run:
     def _place_validation(self, data):
         if data is None:
             return None
-        if tuple(data.images.shape[1:]) != self.input_shape:
-            raise ValueError(f"validation_data images are {tuple(data.images.shape[1:])} but "
+        if image_shape(data) != self.input_shape:
+            raise ValueError(f"validation_data images are {image_shape(data)} but "
                              f"training feeds the network {self.input_shape}")
         per_device = self.options.mini_batch_size // self.parallel.num_devices
         predictor = Predictor(self.parallel, self.model, self.dtype, per_device,
                               unpack=self.cfg.unpack)
-        return predictor, predictor.place(np.asarray(data.images)), np.asarray(data.labels)
+        # Placed while compiling (``execute``); the pass compiles against its shape.
+        return predictor, predictor.abstract(len(data), self.input_shape), np.asarray(data.labels)
 
     def _score(self, logits: np.ndarray) -> tuple[float, float]:
         """Validation loss and accuracy (a fraction) from the validation set's logits."""

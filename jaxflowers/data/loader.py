@@ -170,13 +170,14 @@ class ResidentData:
       images: uint8 (N, H, W, C), replicated on every device.
       labels: int32 (N,), replicated.
       order: int32 (iterations, global batch), each device holding its columns.
+      shape, order_shape: the images' and the order's shapes (known before the copy ends).
       steps_per_epoch: iterations per epoch.
     """
 
     def __init__(self, parallel: DataParallel, copy: concurrent.futures.Future, shape,
-                 order, steps: int):
+                 order_shape, steps: int):
         self.parallel, self._copy, self.shape = parallel, copy, tuple(shape)
-        self.order, self.steps_per_epoch = order, steps
+        self.order_shape, self.steps_per_epoch = tuple(order_shape), steps
         self._compiled = None
         self._limit: tuple = (None, None)
 
@@ -188,6 +189,10 @@ class ResidentData:
     def labels(self):
         return self._copy.result()[1]
 
+    @property
+    def order(self):
+        return self._copy.result()[2]
+
     @classmethod
     def place(cls, parallel: DataParallel, data, *, mini_batch_size: int, num_epochs: int,
               shuffle: str, seed: int) -> "ResidentData":
@@ -195,17 +200,18 @@ class ResidentData:
         subset gathered, in the background too)."""
         order = epoch_order(len(data), mini_batch_size, num_epochs, shuffle, seed)
 
-        def copy():
+        def copy():  # the plan too: a process's first copy to a GPU takes ~1.5 s, any size
             return (parallel.put(np.asarray(data.images), REPLICATED),
-                    parallel.put(np.asarray(data.labels, np.int32), REPLICATED))
+                    parallel.put(np.asarray(data.labels, np.int32), REPLICATED),
+                    parallel.put(order, sharded(1)))
 
         worker = concurrent.futures.ThreadPoolExecutor(1, "jaxflowers-copy")
         try:
             started = worker.submit(copy)
         finally:
             worker.shutdown(wait=False)
-        return cls(parallel, started, (len(data), *image_shape(data)),
-                   parallel.put(order, sharded(1)), steps_per_epoch(len(data), mini_batch_size))
+        return cls(parallel, started, (len(data), *image_shape(data)), order.shape,
+                   steps_per_epoch(len(data), mini_batch_size))
 
     def compile(self, block_fn: Callable, state, stats) -> Callable:
         """Compile the per-device ``block_fn(state, images, labels, order, stats, limit)``;
@@ -218,11 +224,12 @@ class ResidentData:
         """
         specs = (REPLICATED, REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED)
         fn = self.parallel.wrap(block_fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
-        images, labels = self.parallel.abstract((jax.ShapeDtypeStruct(self.shape, np.uint8),
-                                                 jax.ShapeDtypeStruct(self.shape[:1], np.int32)))
-        self._limit = (0, self.parallel.put(np.int32(0)))
-        self._compiled = fn.lower(state, images, labels, self.order, stats,
-                                  self._limit[1]).compile()
+        images, labels, limit = self.parallel.abstract((
+            jax.ShapeDtypeStruct(self.shape, np.uint8),
+            jax.ShapeDtypeStruct(self.shape[:1], np.int32), jax.ShapeDtypeStruct((), np.int32)))
+        order = self.parallel.abstract(jax.ShapeDtypeStruct(self.order_shape, np.int32),
+                                       sharded(1))
+        self._compiled = fn.lower(state, images, labels, order, stats, limit).compile()
         return self._run
 
     def channel_stats(self) -> tuple[np.ndarray, np.ndarray]:
