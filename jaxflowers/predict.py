@@ -125,8 +125,11 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
     predictor = Predictor(parallel, net.model, net.dtype, mini_batch_size)
     variables = parallel.put(net.variables)
     stats = parallel.put(tuple(np.asarray(s, np.float32) for s in net.normalization))
-    logits = predictor.logits(variables, predictor.place(images), stats)
-    return np.asarray(jax.nn.softmax(logits, axis=-1))
+    logits = predictor.logits(variables, predictor.place(images), stats).astype(np.float64)
+    # On the host: the logits are here already, and an eager softmax on the devices compiled
+    # five small programs in every run (0.3 s on an H200 host).
+    scores = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return (scores / scores.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
 class Labels(np.ndarray):

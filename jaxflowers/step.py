@@ -108,16 +108,18 @@ def init_state(model, tx, image_shape, seed: int, flat: FlatParams | None = None
 def init_program(model, tx, image_shape, seed: int, flat: FlatParams | None = None):
     """The jitted, argument-free program behind ``init_state`` (``.eval_shape()`` gives the
     state's shapes without compiling it; calling it reuses that trace)."""
-    data_key = jax.random.split(jax.random.PRNGKey(seed))[1]
-    # Initial weights from a counter-based hash generator (models.init_rng): the same
-    # initialisers and distributions, in a program that compiles ~4x faster than with JAX's
-    # generators (ResNet-50's: 2.3 s instead of 9.0 s on an H200's host). Deterministic for
-    # a seed on any backend and device count.
-    init_key = init_rng.key(seed)
-
     @jax.jit
     def _init():
-        variables = model.init(init_key, jnp.zeros((1, *image_shape), jnp.float32), train=False)
+        # Both keys derived inside the program: computed eagerly, their dozen small ops each
+        # compiled on their own (~1 s on an H200 host, in every run: too quick for the
+        # compilation cache), after the process's first copy to the device (~1.8 s).
+        data_key = jax.random.split(jax.random.PRNGKey(seed))[1]
+        # Initial weights from a counter-based hash generator (models.init_rng): the same
+        # initialisers and distributions, in a program that compiles ~4x faster than with
+        # JAX's generators (ResNet-50's: 2.3 s instead of 9.0 s on an H200's host).
+        # Deterministic for a seed on any backend and device count.
+        variables = model.init(init_rng.key(seed), jnp.zeros((1, *image_shape), jnp.float32),
+                               train=False)
         params = variables["params"] if flat is None else flat.ravel(variables["params"])
         return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                           batch_stats=variables.get("batch_stats", {}),

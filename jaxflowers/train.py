@@ -139,14 +139,17 @@ class _Run:
         shapes = self.parallel.abstract(init.eval_shape())
         try:
             # Independent work at once: the initial weights (compiled and placed), the
-            # validation set's copy and pass's compilation, the training set's copy and
-            # statistics (``ResidentData`` copies in its own thread) and, here, the training
-            # block's compilation (the longest: 11-14 s for ResNet-50 on an H200 host). A
-            # process's first copy to a GPU costs ~1.5 s whatever its size, so no copy
-            # precedes the compilation.
-            with concurrent.futures.ThreadPoolExecutor(4, "jaxflowers-compile") as pool:
+            # training block's compilation (the longest: 11-14 s for ResNet-50 on an H200
+            # host), the validation set's copy and pass's compilation, the training set's
+            # copy and statistics (``ResidentData`` copies in its own thread). A process's
+            # first copy to a GPU costs ~1.8 s whatever its size, so the main thread copies
+            # nothing before the block is traced.
+            with concurrent.futures.ThreadPoolExecutor(5, "jaxflowers-compile") as pool:
                 state = pool.submit(lambda: self.parallel.put(init()))
                 measured = pool.submit(self._measure)
+                # Traced first and alone (tracing holds the GIL): its compilation is the
+                # longest, so it starts before anything else is traced.
+                block = pool.submit(self._lower(shapes).compile)
                 validation = None
                 if self.validation is not None:
                     predictor, placed, labels = self.validation
@@ -154,7 +157,7 @@ class _Run:
                     validation = (pool.submit(lambda: predictor.place(np.asarray(data.images))),
                                   pool.submit(predictor.compile, shapes.stored_variables(),
                                               placed, self.stats_shape))
-                step_fn = self._compile(shapes)
+                step_fn = self.feed.use(block.result())
                 state, _ = state.result(), measured.result()
                 if validation:
                     validation[1].result()  # raises what the compilation raised
@@ -193,13 +196,14 @@ class _Run:
         return feed.place(self.parallel, data, mini_batch_size=opts.mini_batch_size,
                           num_epochs=opts.max_epochs, shuffle=opts.shuffle, seed=opts.seed)
 
-    def _compile(self, state):
-        """``run(state, limit) -> (state, metrics)``: one compiled dispatch of the feed."""
+    def _lower(self, state):
+        """The traced dispatch of the feed (``jax.stages.Lowered``); ``self.feed.use`` of its
+        compilation is ``run(state, stats, limit) -> (state, metrics)``."""
         if self.streamed:
             fn = functools.partial(train_streamed, cfg=self.cfg)
         else:
             fn = functools.partial(train_block, cfg=self.cfg, length=self.block)
-        return self.feed.compile(fn, state, self.stats_shape)
+        return self.feed.lower(fn, state, self.stats_shape)
 
     def _loop(self, step_fn, state, progress: Progress):
         opts = self.options

@@ -216,12 +216,17 @@ class ResidentData:
     def compile(self, block_fn: Callable, state, stats) -> Callable:
         """Compile the per-device ``block_fn(state, images, labels, order, stats, limit)``;
         ``state`` and ``stats`` may be ``jax.ShapeDtypeStruct``s (``DataParallel.abstract``).
-        Does not wait for the copy.
+        Does not wait for the copy. (``use(lower(...).compile())``, in two steps for a
+        caller that has other work to start between tracing and compiling.)
 
         Returns:
           ``run(state, stats, limit) -> (state, metrics)``: one dispatch of the block,
           stopping at iteration ``limit`` (an int).
         """
+        return self.use(self.lower(block_fn, state, stats).compile())
+
+    def lower(self, block_fn: Callable, state, stats):
+        """The traced, not yet compiled block (``jax.stages.Lowered``), as ``compile``."""
         specs = (REPLICATED, REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED)
         fn = self.parallel.wrap(block_fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
         images, labels, limit = self.parallel.abstract((
@@ -229,7 +234,11 @@ class ResidentData:
             jax.ShapeDtypeStruct(self.shape[:1], np.int32), jax.ShapeDtypeStruct((), np.int32)))
         order = self.parallel.abstract(jax.ShapeDtypeStruct(self.order_shape, np.int32),
                                        sharded(1))
-        self._compiled = fn.lower(state, images, labels, order, stats, limit).compile()
+        return fn.lower(state, images, labels, order, stats, limit)
+
+    def use(self, compiled) -> Callable:
+        """``run`` (see ``compile``) from the compiled ``lower``."""
+        self._compiled = compiled
         return self._run
 
     def channel_stats(self) -> tuple[np.ndarray, np.ndarray]:

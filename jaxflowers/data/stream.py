@@ -110,17 +110,26 @@ class StreamedData:
 
     def compile(self, step_fn: Callable, state, stats) -> Callable:
         """Compile the per-device ``step_fn(state, images, labels, stats)`` and place batch 1;
-        ``state`` and ``stats`` may be ``jax.ShapeDtypeStruct``s.
+        ``state`` and ``stats`` may be ``jax.ShapeDtypeStruct``s. (``use(lower(...)
+        .compile())``, as ``ResidentData``.)
 
         Returns:
           ``run(state, stats, limit) -> (state, metrics)``: one iteration on the next batch
           (``limit`` is unused: one iteration per dispatch never overshoots it).
         """
+        return self.use(self.lower(step_fn, state, stats).compile())
+
+    def lower(self, step_fn: Callable, state, stats):
+        """The traced step (``jax.stages.Lowered``) for the first batch, which it places."""
         specs = (REPLICATED, sharded(0), sharded(0), REPLICATED)
         fn = self.parallel.wrap(step_fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
         self._iterator = iter(self.batches)
         self._next = self._place_next()
-        self._compiled = fn.lower(state, *self._next, stats).compile()
+        return fn.lower(state, *self._next, stats)
+
+    def use(self, compiled) -> Callable:
+        """``run`` (see ``compile``) from the compiled ``lower``."""
+        self._compiled = compiled
         return self._run
 
     def _run(self, state, stats, limit: int):
