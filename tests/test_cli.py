@@ -24,12 +24,9 @@ def test_main_job_trains_on_embedded_digits_to_95_percent(tmp_path):
     accuracy = float(re.search(r"Test accuracy: ([\d.]+)% \(\d+ images\)", out).group(1))
     assert accuracy >= 95.0, out[-2000:]
     # Where the process's time went, each part once.
-    parts = re.search(r"Seconds: JAX start-up ([\d.]+), data ([\d.]+), the two at once ([\d.]+), "
-                      r"placing and initialising ([\d.]+), compile ([\d.]+), training ([\d.]+), "
-                      r"prediction ([\d.]+)", out)
-    assert parts and float(parts[6]) > 0 and float(parts[5]) > 0, out[-2000:]
-    # The backend starts while the data load: "at once" spans both (rounded to 0.1 s).
-    assert max(float(parts[1]), float(parts[2])) <= float(parts[3]) + 0.1, out[-2000:]
+    parts = re.search(r"Seconds: JAX start-up ([\d.]+), data ([\d.]+), placing and initialising "
+                      r"([\d.]+), compile ([\d.]+), training ([\d.]+), prediction ([\d.]+)", out)
+    assert parts and float(parts[5]) > 0 and float(parts[4]) > 0, out[-2000:]
     assert any((tmp_path / "xla").iterdir())  # compiled programs kept for the next run
 
 
