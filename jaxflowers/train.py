@@ -117,7 +117,7 @@ class _Run:
         # A streamed batch arrives per iteration, so a dispatch runs one.
         self.block = 1 if self.streamed else _block_length(options, self.input_shape,
                                                            parallel.devices[0].platform)
-        self.validation = self._place_validation(options.validation_data)
+        self.validation = self._prepare_validation(options.validation_data)
 
     def _flat_layout(self, layout: str, platform: str) -> FlatParams | None:
         """Parameters as one vector on GPUs (``step.FlatParams``: 2.4 ms less per 2-GPU
@@ -272,7 +272,7 @@ class _Run:
         return self.validation is not None and (
             done % self.options.validation_frequency == 0 or done == self.total)
 
-    def _place_validation(self, data):
+    def _prepare_validation(self, data):
         if data is None:
             return None
         if image_shape(data) != self.input_shape:
