@@ -15,7 +15,9 @@ import numpy as np
 from jax import lax
 
 from jaxflowers.data.augment import normalize
+from jaxflowers.options import PARAMETER_LAYOUTS
 from jaxflowers.parallel import REPLICATED, DataParallel, select_devices, sharded
+from jaxflowers.step import FlatParams, uses_flat_layout
 
 
 def _forward(variables, images, stats, *, model, dtype, batch: int, unpack=None):
@@ -100,7 +102,8 @@ class Predictor:
 
 
 def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str = "auto",
-            num_devices: int | None = None, strategy: str = "shard_map") -> np.ndarray:
+            num_devices: int | None = None, strategy: str = "shard_map",
+            parameter_layout: str = "auto") -> np.ndarray:
     """Class scores for every image, split over the devices (``minibatchpredict``).
 
     Args:
@@ -108,6 +111,8 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
       data: an image set (anything with ``images``) or a uint8 array (n, H, W, C).
       mini_batch_size: images per device per forward pass.
       execution_environment, num_devices, strategy: which devices, as in TrainingOptions.
+      parameter_layout: how the parameters reach the compiled pass, as in TrainingOptions
+        ("auto": one vector on GPUs). The scores do not depend on it.
 
     Returns:
       float32 (n, num_classes) softmax scores, row i for image i. With several processes
@@ -121,9 +126,19 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
     if images.shape[1:] != tuple(net.input_shape):
         raise ValueError(f"predict: images are {images.shape[1:]} but the network was trained "
                          f"on {tuple(net.input_shape)}")
+    if parameter_layout not in PARAMETER_LAYOUTS:
+        raise ValueError(f"predict: parameter_layout must be one of {PARAMETER_LAYOUTS}; got "
+                         f"{parameter_layout!r}")
     parallel = DataParallel(select_devices(execution_environment, num_devices), strategy)
-    predictor = Predictor(parallel, net.model, net.dtype, mini_batch_size)
-    variables = parallel.put(net.variables)
+    variables, layout = net.variables, None
+    if uses_flat_layout(parameter_layout, parallel.devices[0].platform):
+        # Handed over as training validated: right after ``train`` (same devices, batch and
+        # images) this pass is its validation pass, a compilation-cache hit.
+        layout = FlatParams.of(variables["params"])
+        variables = {**variables, "params": layout.ravel_host(variables["params"])}
+    predictor = Predictor(parallel, net.model, net.dtype, mini_batch_size,
+                          unpack=None if layout is None else layout.unpack)
+    variables = parallel.put(variables)
     stats = parallel.put(tuple(np.asarray(s, np.float32) for s in net.normalization))
     logits = predictor.logits(variables, predictor.place(images), stats).astype(np.float64)
     # On the host: the logits are here already, and an eager softmax on the devices compiled

@@ -30,7 +30,7 @@ from jaxflowers.parallel import AXIS, DataParallel, select_devices
 from jaxflowers.predict import Predictor
 from jaxflowers.progress import Progress, TrainingInfo
 from jaxflowers.step import (FlatParams, StepConfig, TrainState, init_program, train_block,
-                             train_streamed)
+                             train_streamed, uses_flat_layout)
 
 __all__ = ["TrainedNet", "TrainingInfo", "train"]
 
@@ -120,10 +120,8 @@ class _Run:
         self.validation = self._prepare_validation(options.validation_data)
 
     def _flat_layout(self, layout: str, platform: str) -> FlatParams | None:
-        """Parameters as one vector on GPUs (``step.FlatParams``: 2.4 ms less per 2-GPU
-        ResNet-50 Adam step on H200s, benchmarks/NOTES.md); XLA:CPU runs the flat update
-        about 2x slower than per leaf, so "auto" keeps the tree on CPUs."""
-        if layout == "tree" or (layout == "auto" and platform != "gpu"):
+        """Parameters as one vector on GPUs (``step.flat_layout``)."""
+        if not uses_flat_layout(layout, platform):
             return None
         # Traced with the init's own (hash) key: with a threefry key this trace took 3.0 s
         # of a warm 1-GPU run's profile, every initialiser tracing threefry's rounds.
