@@ -1,0 +1,122 @@
+"""Where a cold start's seconds go: each piece of ``train``'s start, alone in this process.
+
+    python benchmarks/cold_start.py PIECE DATA [--per-device-batch 128] [--out FILE]
+
+PIECE (run each in a fresh process, with no compilation cache, so every compile is cold):
+  first-copy   a process's first device_put (4 floats), then the training set twice
+  init         compile ResNet-50's init program as ``train`` builds it (hash-keyed weights)
+  init-rbg     the same program with JAX's rbg keys instead (what ``train`` used before)
+  block        compile the training block (traced against shapes, as ``train`` does)
+  validation   compile the validation pass
+  all          init, block and validation compiled at once, as ``train`` does
+
+DATA is a folder of class folders (``benchmarks/synthetic_folders.py flowers DEST``); the
+MATLAB example's recipe (90/10 split, 128 images per device) on every local device. Prints
+one JSON line: seconds of wall time and of process CPU time (all threads) per step.
+"""
+import argparse
+import concurrent.futures
+import json
+import resource
+import time
+
+T0 = time.perf_counter()
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("piece", choices=("first-copy", "init", "init-rbg", "block",
+                                          "validation", "all"))
+    parser.add_argument("data")
+    parser.add_argument("--per-device-batch", type=int, default=128)
+    parser.add_argument("--out", help="append the JSON line to this file")
+    args = parser.parse_args()
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxflowers import recipes
+    from jaxflowers.parallel import REPLICATED, DataParallel, select_devices
+    from jaxflowers.step import init_program
+    from jaxflowers.train import _Run
+
+    devices = select_devices("auto", None)
+    row = {"piece": args.piece, "devices": len(devices), "device": devices[0].device_kind,
+           "jax": jax.__version__, "backend_start_s": round(time.perf_counter() - T0, 2)}
+
+    def timed(name, fn):
+        wall, cpu = time.perf_counter(), _cpu()
+        result = fn()
+        row[name] = {"wall_s": round(time.perf_counter() - wall, 2),
+                     "cpu_s": round(_cpu() - cpu, 2)}
+        return result
+
+    data = recipes.load_data(args.data, model="resnet50")
+    train_set, test_set = data.split_each_label(0.9, seed=0)
+    parallel = DataParallel(devices, "shard_map")
+    if args.piece == "first-copy":
+        images = timed("read_training_set", lambda: np.array(train_set.images))
+        timed("first_copy_4_floats", lambda: jax.block_until_ready(
+            jax.device_put(np.zeros(4, np.float32), devices[0])))
+        for name in ("copy_training_set", "copy_training_set_again"):
+            timed(name, lambda: jax.block_until_ready(parallel.put(images, REPLICATED)))
+    else:
+        opts = recipes.flowers_options(len(devices), len(train_set),
+                                       per_device_batch=args.per_device_batch,
+                                       validation_data=test_set, verbose=False, max_epochs=1)
+        run = timed("setup", lambda: _Run(train_set, recipes.build_model("resnet50", 5), opts,
+                                          parallel))
+        init = init_program(run.model, run.cfg.tx, run.input_shape, 0, run.cfg.flat)
+        shapes = timed("init_trace", lambda: parallel.abstract(init.eval_shape()))
+        predictor, placed, _ = run.validation
+        validation = (lambda: predictor.compile(shapes.stored_variables(), placed,
+                                                run.stats_shape))
+        if args.piece == "init":
+            timed("compile", lambda: init.lower().compile())
+        elif args.piece == "init-rbg":
+            timed("compile", lambda: _rbg_init(run, jnp).lower().compile())
+        elif args.piece == "block":
+            timed("compile", lambda: run._lower(shapes).compile())
+        elif args.piece == "validation":
+            timed("compile", validation)
+        else:
+            def together():
+                with concurrent.futures.ThreadPoolExecutor(3) as pool:
+                    jobs = [pool.submit(lambda: init.lower().compile()),
+                            pool.submit(run._lower(shapes).compile), pool.submit(validation)]
+                    for job in jobs:
+                        job.result()
+            timed("compile", together)
+        run.feed.close()
+    line = json.dumps(row)
+    print(line)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(line + "\n")
+
+
+def _rbg_init(run, jnp):
+    """``train``'s init program with JAX's rbg keys (the generator used before session 5)."""
+    import jax
+
+    key, flat, tx = jax.random.key(0, impl="rbg"), run.cfg.flat, run.cfg.tx
+
+    @jax.jit
+    def init():
+        variables = run.model.init(key, jnp.zeros((1, *run.input_shape), jnp.float32),
+                                   train=False)
+        params = variables["params"] if flat is None else flat.ravel(variables["params"])
+        return variables, tx.init(params)
+
+    return init
+
+
+if __name__ == "__main__":
+    main()
