@@ -44,7 +44,6 @@ def main() -> None:
 
     from jaxflowers import recipes
     from jaxflowers.parallel import REPLICATED, DataParallel, select_devices
-    from jaxflowers.step import init_program
     from jaxflowers.train import _Run
 
     devices = select_devices("auto", None)
@@ -71,10 +70,9 @@ def main() -> None:
         opts = recipes.flowers_options(len(devices), len(train_set),
                                        per_device_batch=args.per_device_batch,
                                        validation_data=test_set, verbose=False, max_epochs=1)
-        run = timed("setup", lambda: _Run(train_set, recipes.build_model("resnet50", 5), opts,
-                                          parallel))
-        init = init_program(run.model, run.cfg.tx, run.input_shape, 0, run.cfg.flat)
-        shapes = timed("init_trace", lambda: parallel.abstract(init.eval_shape()))
+        run = timed("setup_and_init_trace", lambda: _Run(
+            train_set, recipes.build_model("resnet50", 5), opts, parallel))
+        init, shapes = run.init, run.state_shapes
         predictor, placed, _ = run.validation
         validation = (lambda: predictor.compile(shapes.stored_variables(), placed,
                                                 run.stats_shape))

@@ -120,9 +120,15 @@ def init_state(model, tx, image_shape, seed: int, flat: FlatParams | None = None
     return init_program(model, tx, image_shape, seed, flat)()
 
 
-def init_program(model, tx, image_shape, seed: int, flat: FlatParams | None = None):
+def init_program(model, tx, image_shape, seed: int, flat: FlatParams | bool | None = None):
     """The jitted, argument-free program behind ``init_state`` (``.eval_shape()`` gives the
-    state's shapes without compiling it; calling it reuses that trace)."""
+    state's shapes without compiling it; calling it reuses that trace).
+
+    ``flat``: keep the parameters as one vector in this layout; ``True``: in the layout of
+    the parameters the trace creates, which the program's ``flat`` attribute holds once it
+    is traced (so ``model.init`` is traced once for both: 0.24 s of a warm H200 run's main
+    thread); None: as the model's tree.
+    """
     @jax.jit
     def _init():
         # Both keys derived inside the program: computed eagerly, their dozen small ops each
@@ -135,11 +141,15 @@ def init_program(model, tx, image_shape, seed: int, flat: FlatParams | None = No
         # Deterministic for a seed on any backend and device count.
         variables = model.init(init_rng.key(seed), jnp.zeros((1, *image_shape), jnp.float32),
                                train=False)
-        params = variables["params"] if flat is None else flat.ravel(variables["params"])
+        layout = flat
+        if flat is True:
+            layout = _init.flat = FlatParams.of(variables["params"])
+        params = variables["params"] if layout is None else layout.ravel(variables["params"])
         return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                           batch_stats=variables.get("batch_stats", {}),
                           opt_state=tx.init(params), key=data_key)
 
+    _init.flat = None if flat is True else flat
     return _init
 
 

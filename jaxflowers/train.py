@@ -24,13 +24,12 @@ import numpy as np
 
 from jaxflowers.data.loader import ResidentData, channel_stats, choose_placement, image_shape
 from jaxflowers.optim import learn_rate_schedule, make_optimizer
-from jaxflowers.models import init_rng
 from jaxflowers.options import TrainingOptions
 from jaxflowers.parallel import AXIS, DataParallel, select_devices
 from jaxflowers.predict import Predictor
 from jaxflowers.progress import Progress, TrainingInfo
-from jaxflowers.step import (FlatParams, StepConfig, TrainState, init_program, train_block,
-                             train_streamed, uses_flat_layout)
+from jaxflowers.step import (StepConfig, TrainState, init_program, train_block, train_streamed,
+                             uses_flat_layout)
 
 __all__ = ["TrainedNet", "TrainingInfo", "train"]
 
@@ -107,34 +106,26 @@ class _Run:
         self.normalization = self.stats = None
         channels = jax.ShapeDtypeStruct((shape[-1],), jnp.float32)
         self.stats_shape = parallel.abstract((channels, channels))
+        tx = make_optimizer(options, self.steps_per_epoch)
+        platform = parallel.devices[0].platform
+        # Initialised unmapped, so with the per-device batch norm of `self.model`; traced
+        # once, here: the traced parameters also give the one-vector layout (on GPUs).
+        self.init = init_program(self.model, tx, self.input_shape, options.seed,
+                                 uses_flat_layout(options.parameter_layout, platform) or None)
+        self.state_shapes = parallel.abstract(self.init.eval_shape())
         self.cfg = StepConfig(
             model=_configure(model, self.dtype, AXIS if options.sync_batch_norm else None),
-            tx=make_optimizer(options, self.steps_per_epoch),
-            schedule=learn_rate_schedule(options, self.steps_per_epoch),
+            tx=tx, schedule=learn_rate_schedule(options, self.steps_per_epoch),
             augmentation=options.augmentation, dtype=self.dtype,
-            sync_batch_norm=options.sync_batch_norm,
-            flat=self._flat_layout(options.parameter_layout, parallel.devices[0].platform))
+            sync_batch_norm=options.sync_batch_norm, flat=self.init.flat)
         # A streamed batch arrives per iteration, so a dispatch runs one.
         self.block = 1 if self.streamed else _block_length(options, self.input_shape,
                                                            parallel.devices[0].platform)
         self.validation = self._prepare_validation(options.validation_data)
 
-    def _flat_layout(self, layout: str, platform: str) -> FlatParams | None:
-        """Parameters as one vector on GPUs (``step.flat_layout``)."""
-        if not uses_flat_layout(layout, platform):
-            return None
-        # Traced with the init's own (hash) key: with a threefry key this trace took 3.0 s
-        # of a warm 1-GPU run's profile, every initialiser tracing threefry's rounds.
-        shapes = jax.eval_shape(lambda: self.model.init(
-            init_rng.key(0), jnp.zeros((1, *self.input_shape), jnp.float32), train=False))
-        return FlatParams.of(shapes["params"])
-
     def execute(self) -> tuple[TrainedNet, TrainingInfo]:
         t0 = time.perf_counter()
-        # Initialised unmapped, so with the per-device batch norm of `self.model`.
-        init = init_program(self.model, self.cfg.tx, self.input_shape, self.options.seed,
-                            self.cfg.flat)
-        shapes = self.parallel.abstract(init.eval_shape())
+        init, shapes = self.init, self.state_shapes
         try:
             # Independent work at once: the initial weights (compiled and placed), the
             # training block's compilation (the longest: 11-14 s for ResNet-50 on an H200

@@ -232,3 +232,21 @@ def test_an_unreadable_training_set_fails_train_with_its_error(small):
                               data_placement="resident")
     with pytest.raises(OSError, match="flowers-224.npy"):
         jf.train(bad, jf.models.cifar_net(1, num_classes=len(train.class_names)), opts)
+
+
+def test_train_traces_the_model_init_once_with_flat_parameters(small):
+    """The one-vector layout comes from the init program's own trace, not a second one."""
+    train, _ = small
+    inits = []
+
+    class Counting(jf.models.CifarNet):
+        def __call__(self, x, train=True):
+            if self.is_initializing():
+                inits.append(x.shape)
+            return super().__call__(x, train=train)
+
+    opts = jf.TrainingOptions(mini_batch_size=16, max_epochs=1, verbose=False,
+                              parameter_layout="flat")
+    net, info = jf.train(train, Counting(depth=1, num_classes=10), opts)
+    assert len(inits) == 1, inits
+    assert len(info.loss) == len(train) // 16
