@@ -135,7 +135,7 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
         # Handed over as training validated: right after ``train`` (same devices, batch and
         # images) this pass is its validation pass, a compilation-cache hit.
         layout = FlatParams.of(variables["params"])
-        variables = {**variables, "params": layout.ravel_host(variables["params"])}
+        variables = {**variables, "params": layout.ravel(variables["params"], np)}
     predictor = Predictor(parallel, net.model, net.dtype, mini_batch_size,
                           unpack=None if layout is None else layout.unpack)
     variables = parallel.put(variables)

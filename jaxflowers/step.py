@@ -46,14 +46,10 @@ class FlatParams:
         sizes = [int(np.prod(shape)) for shape in shapes]
         return cls(treedef, shapes, tuple(np.cumsum([0] + sizes).tolist()))
 
-    def ravel(self, tree) -> jax.Array:
-        """The tree's leaves, raveled and concatenated as float32."""
-        return jnp.concatenate([jnp.ravel(leaf).astype(jnp.float32)
-                                for leaf in jax.tree.leaves(tree)])
-
-    def ravel_host(self, tree) -> np.ndarray:
-        """``ravel`` in numpy, for parameters on the host (no device program)."""
-        return np.concatenate([np.ravel(leaf).astype(np.float32)
+    def ravel(self, tree, xp=jnp):
+        """The tree's leaves, raveled and concatenated as float32; ``xp``: ``jax.numpy``
+        (in a program) or ``numpy`` (parameters on the host, no device program)."""
+        return xp.concatenate([xp.ravel(leaf).astype(xp.float32)
                                for leaf in jax.tree.leaves(tree)])
 
     def unpack(self, variables: dict) -> dict:

@@ -161,8 +161,8 @@ class ResidentData:
     """A training set copied once to every device, plus its iteration plan.
 
     The copy runs in a background thread from ``place`` on: compiling needs only the set's
-    shape, so the two overlap (a first copy of Flowers' 500 MB to an H200 took 1.7 s,
-    mostly the driver pinning host memory; benchmarks/NOTES.md, session 5). Whatever reads
+    shape, so the two overlap (a process's first copy to an H200 takes ~1.8 s whatever its
+    size, then Flowers' 500 MB take 0.3 s; benchmarks/NOTES.md, session 5). Whatever reads
     the arrays waits for the copy, and re-raises its error.
 
     Attributes:
@@ -200,7 +200,7 @@ class ResidentData:
         subset gathered, in the background too)."""
         order = epoch_order(len(data), mini_batch_size, num_epochs, shuffle, seed)
 
-        def copy():  # the plan too: a process's first copy to a GPU takes ~1.5 s, any size
+        def copy():  # the plan too: a process's first copy to a GPU takes ~1.8 s, any size
             return (parallel.put(np.asarray(data.images), REPLICATED),
                     parallel.put(np.asarray(data.labels, np.int32), REPLICATED),
                     parallel.put(order, sharded(1)))
