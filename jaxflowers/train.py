@@ -119,8 +119,7 @@ class _Run:
             augmentation=options.augmentation, dtype=self.dtype,
             sync_batch_norm=options.sync_batch_norm, flat=self.init.flat)
         # A streamed batch arrives per iteration, so a dispatch runs one.
-        self.block = 1 if self.streamed else _block_length(options, self.input_shape,
-                                                           parallel.devices[0].platform)
+        self.block = 1 if self.streamed else _block_length(options, self.input_shape, platform)
         self.validation = self._prepare_validation(options.validation_data)
 
     def execute(self) -> tuple[TrainedNet, TrainingInfo]:
@@ -156,7 +155,7 @@ class _Run:
             progress.start(self._summary())
             state, timings = self._loop(step_fn, state, progress)
         finally:
-            self.feed.close()  # a streamed feed's reader threads, also on early stop or error
+            self.feed.close()  # the feed's threads (copy, readers), also on early stop or error
         info = progress.finish(compile_time=compile_time, num_devices=self.parallel.num_devices,
                                data_placement=self.placement.kind, **timings)
         return self._net(state), info
