@@ -26,7 +26,7 @@ from jaxflowers.data.loader import ResidentData, channel_stats, choose_placement
 from jaxflowers.optim import learn_rate_schedule, make_optimizer
 from jaxflowers.options import TrainingOptions
 from jaxflowers.parallel import AXIS, DataParallel, select_devices
-from jaxflowers.predict import Predictor
+from jaxflowers.predict import Predictor, log_softmax
 from jaxflowers.progress import Progress, TrainingInfo
 from jaxflowers.step import (StepConfig, TrainState, init_program, train_block, train_streamed,
                              uses_flat_layout)
@@ -275,11 +275,9 @@ class _Run:
     def _score(self, logits: np.ndarray) -> tuple[float, float]:
         """Validation loss and accuracy (a fraction) from the validation set's logits."""
         labels = self.validation[2]
-        logits = logits.astype(np.float64)
-        logits -= logits.max(axis=1, keepdims=True)
-        log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+        log_probs = log_softmax(logits)
         loss = -np.mean(log_probs[np.arange(len(labels)), labels])
-        return float(loss), float(np.mean(np.argmax(logits, axis=1) == labels))
+        return float(loss), float(np.mean(np.argmax(log_probs, axis=1) == labels))
 
     def _progress(self) -> Progress:
         """The table, plot and ``output_fn`` on process 0; other processes only record."""

@@ -212,7 +212,7 @@ def test_the_resident_copy_runs_while_compiling(small):
 
     abstract = parallel.abstract((jax.ShapeDtypeStruct((), np.float32),
                                   jax.ShapeDtypeStruct((3,), np.float32)))
-    run = feed.compile(block, abstract[0], (abstract[1], abstract[1]))
+    run = feed.use(feed.lower(block, abstract[0], (abstract[1], abstract[1])).compile())
     assert not gate.is_set()  # compiled without a single image
     gate.set()
     ones = parallel.put(np.ones(3, np.float32))

@@ -213,20 +213,10 @@ class ResidentData:
         return cls(parallel, started, (len(data), *image_shape(data)), order.shape,
                    steps_per_epoch(len(data), mini_batch_size))
 
-    def compile(self, block_fn: Callable, state, stats) -> Callable:
-        """Compile the per-device ``block_fn(state, images, labels, order, stats, limit)``;
-        ``state`` and ``stats`` may be ``jax.ShapeDtypeStruct``s (``DataParallel.abstract``).
-        Does not wait for the copy. (``use(lower(...).compile())``, in two steps for a
-        caller that has other work to start between tracing and compiling.)
-
-        Returns:
-          ``run(state, stats, limit) -> (state, metrics)``: one dispatch of the block,
-          stopping at iteration ``limit`` (an int).
-        """
-        return self.use(self.lower(block_fn, state, stats).compile())
-
     def lower(self, block_fn: Callable, state, stats):
-        """The traced, not yet compiled block (``jax.stages.Lowered``), as ``compile``."""
+        """The per-device ``block_fn(state, images, labels, order, stats, limit)`` traced, not
+        yet compiled (``jax.stages.Lowered``); ``state`` and ``stats`` may be
+        ``jax.ShapeDtypeStruct``s (``DataParallel.abstract``). Does not wait for the copy."""
         specs = (REPLICATED, REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED)
         fn = self.parallel.wrap(block_fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
         images, labels, limit = self.parallel.abstract((
@@ -237,7 +227,8 @@ class ResidentData:
         return fn.lower(state, images, labels, order, stats, limit)
 
     def use(self, compiled) -> Callable:
-        """``run`` (see ``compile``) from the compiled ``lower``."""
+        """From the compiled ``lower``: ``run(state, stats, limit) -> (state, metrics)``, one
+        dispatch of the block, stopping at iteration ``limit`` (an int)."""
         self._compiled = compiled
         return self._run
 

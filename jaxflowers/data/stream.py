@@ -85,7 +85,8 @@ class StreamedData:
     """A training set streamed from the host, one batch placed ahead of the devices.
 
     The feed of ``train`` for sets over the device memory budget; same interface as
-    :class:`~jaxflowers.data.loader.ResidentData` (``steps_per_epoch``, ``compile``, ``close``).
+    :class:`~jaxflowers.data.loader.ResidentData` (``steps_per_epoch``, ``lower``, ``use``,
+    ``close``).
 
     Attributes:
       batches: the grain pipeline (see :func:`host_batches`) of this process's columns.
@@ -99,7 +100,7 @@ class StreamedData:
     @classmethod
     def place(cls, parallel: DataParallel, data, *, mini_batch_size: int, num_epochs: int,
               shuffle: str, seed: int) -> "StreamedData":
-        """Plan the epochs as the resident feed does; nothing is read until ``compile``."""
+        """Plan the epochs as the resident feed does; nothing is read until ``lower``."""
         order = epoch_order(len(data), mini_batch_size, num_epochs, shuffle, seed)
         # A mesh within one process (even among several) needs every column here.
         shard = (grain.sharding.ShardByJaxProcess() if parallel.multiprocess
@@ -108,19 +109,10 @@ class StreamedData:
         return cls(parallel, host_batches(data, order),
                    steps_per_epoch(len(data), mini_batch_size))
 
-    def compile(self, step_fn: Callable, state, stats) -> Callable:
-        """Compile the per-device ``step_fn(state, images, labels, stats)`` and place batch 1;
-        ``state`` and ``stats`` may be ``jax.ShapeDtypeStruct``s. (``use(lower(...)
-        .compile())``, as ``ResidentData``.)
-
-        Returns:
-          ``run(state, stats, limit) -> (state, metrics)``: one iteration on the next batch
-          (``limit`` is unused: one iteration per dispatch never overshoots it).
-        """
-        return self.use(self.lower(step_fn, state, stats).compile())
-
     def lower(self, step_fn: Callable, state, stats):
-        """The traced step (``jax.stages.Lowered``) for the first batch, which it places."""
+        """The per-device ``step_fn(state, images, labels, stats)`` traced for the first batch,
+        which it places (``jax.stages.Lowered``); ``state`` and ``stats`` may be
+        ``jax.ShapeDtypeStruct``s."""
         specs = (REPLICATED, sharded(0), sharded(0), REPLICATED)
         fn = self.parallel.wrap(step_fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
         self._iterator = iter(self.batches)
@@ -128,7 +120,9 @@ class StreamedData:
         return fn.lower(state, *self._next, stats)
 
     def use(self, compiled) -> Callable:
-        """``run`` (see ``compile``) from the compiled ``lower``."""
+        """From the compiled ``lower``: ``run(state, stats, limit) -> (state, metrics)``, one
+        iteration on the next batch (``limit`` is unused: one iteration per dispatch never
+        overshoots it)."""
         self._compiled = compiled
         return self._run
 
