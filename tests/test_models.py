@@ -1,6 +1,9 @@
 """Models: parameter counts against torchvision and the MATLAB architecture, shapes, dtypes."""
+import flax
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import jaxflowers as jf
@@ -68,3 +71,46 @@ def test_bfloat16_compute_keeps_float32_parameters_and_logits():
     assert model.apply(variables, x, train=False).dtype == jnp.float32
     jaxpr = jax.make_jaxpr(lambda v: model.apply(v, x, train=False))(variables)
     assert "bf16" in str(jaxpr)  # the convolutions really run in bfloat16
+
+
+def _counting(init):
+    calls = []
+
+    def counted(key, shape, dtype=jnp.float32):
+        calls.append(shape)
+        return init(key, shape, dtype)
+    return counted, calls
+
+
+@pytest.mark.parametrize("ours, flax_cls, kwargs", [
+    (jf.models.layers.Conv, nn.Conv, dict(features=4, kernel_size=(3, 3), strides=(2, 2))),
+    (jf.models.layers.Dense, nn.Dense, dict(features=5)),
+])
+def test_layers_equal_flax_and_apply_never_calls_the_initialiser(ours, flax_cls, kwargs):
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 9, 9, 3))
+    key = jax.random.PRNGKey(0)
+    init, calls = _counting(nn.initializers.lecun_normal())
+    mine = ours(kernel_init=init, **kwargs)
+    variables = mine.init(key, x)
+    reference = flax_cls(**kwargs).init(key, x)
+    # Same names, shapes and initial values (the same params key sequence) as flax's layer.
+    assert jax.tree.structure(variables) == jax.tree.structure(reference)
+    for a, b in zip(jax.tree.leaves(variables), jax.tree.leaves(reference)):
+        np.testing.assert_array_equal(a, b)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(mine.apply(variables, x), flax_cls(**kwargs).apply(variables, x))
+    jax.jit(mine.apply)(variables, x)
+    assert len(calls) == 1  # flax's layer traces its initialiser on every apply
+
+
+def test_a_stored_parameter_of_the_wrong_shape_is_named():
+    x = jnp.ones((1, 8, 8, 3))
+    variables = jf.models.layers.Conv(4, (3, 3)).init(jax.random.PRNGKey(0), x)
+    with pytest.raises(flax.errors.ScopeParamShapeError, match=r"kernel.*\(3, 3, 3, 5\).*"
+                       r"\(3, 3, 3, 4\)"):
+        jf.models.layers.Conv(5, (3, 3)).apply(variables, x)
+    variables = jf.models.resnet18(5).init(jax.random.PRNGKey(0), jnp.ones((1, 32, 32, 3)),
+                                          train=False)
+    with pytest.raises(flax.errors.ScopeParamShapeError, match='"kernel" in "/conv_init"'):
+        jf.models.resnet18(5, num_filters=32).apply(variables, jnp.ones((1, 32, 32, 3)),
+                                                    train=False)

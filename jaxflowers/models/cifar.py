@@ -7,6 +7,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from jaxflowers.models.layers import Conv, Dense
 from jaxflowers.models.norm import BatchNorm
 from jaxflowers.models.pool import max_pool
 
@@ -38,7 +39,7 @@ class CifarNet(nn.Module):
         width = cifar_width(self.depth)
         for block, filters in enumerate((width, 2 * width, 4 * width)):
             for _ in range(self.depth):
-                x = nn.Conv(filters, (3, 3), padding="SAME", dtype=self.dtype,
+                x = Conv(filters, (3, 3), padding="SAME", dtype=self.dtype,
                             kernel_init=nn.initializers.glorot_uniform())(x)
                 x = BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
                               dtype=self.dtype, axis_name=self.bn_axis_name, relu=True)(x)
@@ -46,7 +47,7 @@ class CifarNet(nn.Module):
                 x = max_pool(x, (2, 2), strides=(2, 2))
         x = nn.avg_pool(x, (8, 8), strides=(8, 8))
         x = x.reshape(x.shape[0], -1)
-        return nn.Dense(self.num_classes, dtype=self.dtype)(x).astype(jnp.float32)
+        return Dense(self.num_classes, dtype=self.dtype)(x).astype(jnp.float32)
 
 
 def cifar_net(depth: int, num_classes: int = 10, **kwargs) -> CifarNet:

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxflowers.models.layers import param
+
 F32 = jnp.float32
 
 
@@ -111,8 +113,8 @@ class BatchNorm(nn.Module):
         channels = x.shape[-1]
         ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((channels,), F32))
         ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((channels,), F32))
-        scale = self.param("scale", self.scale_init, (channels,), F32)
-        bias = self.param("bias", self.bias_init, (channels,), F32)
+        scale = param(self, "scale", self.scale_init, (channels,))
+        bias = param(self, "bias", self.bias_init, (channels,))
         x = jnp.asarray(x, self.dtype)
         if self.use_running_average:
             mul = lax.rsqrt(ra_var.value + self.epsilon) * scale

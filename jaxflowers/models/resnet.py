@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
+from jaxflowers.models.layers import Conv, Dense
 from jaxflowers.models.norm import BatchNorm
 from jaxflowers.models.pool import max_pool
 from jaxflowers.models.stem import StemConv
@@ -91,7 +92,7 @@ class ResNet(nn.Module):
 
     @nn.compact
     def __call__(self, x, train: bool = True):
-        conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype,
+        conv = functools.partial(Conv, use_bias=False, dtype=self.dtype,
                                  kernel_init=_he_normal)
         norm = functools.partial(BatchNorm, use_running_average=not train, momentum=0.9,
                                  epsilon=1e-5, dtype=self.dtype, axis_name=self.bn_axis_name)
@@ -111,7 +112,7 @@ class ResNet(nn.Module):
                 x = self.block_cls(self.num_filters * 2**stage, conv=conv, norm=norm,
                                    strides=strides)(x)
         x = jnp.mean(x, axis=(1, 2))
-        x = nn.Dense(self.num_classes, dtype=self.dtype, name="head")(x)
+        x = Dense(self.num_classes, dtype=self.dtype, name="head")(x)
         return x.astype(jnp.float32)
 
 

@@ -17,6 +17,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 from jax import lax
 
+from jaxflowers.models.layers import param
+
 _DIMS = ("NHWC", "HWIO", "NHWC")
 
 
@@ -50,8 +52,7 @@ class StemConv(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        kernel = self.param("kernel", self.kernel_init, (7, 7, x.shape[-1], self.features),
-                            jnp.float32)
+        kernel = param(self, "kernel", self.kernel_init, (7, 7, x.shape[-1], self.features))
         h, w = x.shape[1:3]
         # Padding 3 on each side, plus one row/column on odd sizes so the blocks tile; the
         # extra zeros only meet the kernel's zero eighth row/column.
