@@ -37,6 +37,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxflowers.xla_options import compiler_options
+
 AXIS = "data"
 STRATEGIES = ("shard_map", "pmap")
 REPLICATED = P()
@@ -298,7 +300,8 @@ class DataParallel:
                             donate_argnums=tuple(donate_argnums))
         mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=tuple(in_specs),
                                out_specs=out_specs, check_vma=False)
-        jitted = jax.jit(mapped, donate_argnums=tuple(donate_argnums))
+        jitted = jax.jit(mapped, donate_argnums=tuple(donate_argnums),
+                         compiler_options=compiler_options())
         return _Lockstep(jitted) if self.lockstep else jitted
 
     def _put_one(self, x, spec: P):

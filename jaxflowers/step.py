@@ -7,6 +7,7 @@ averages and why.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import flax
@@ -19,6 +20,7 @@ from jax import lax
 from jaxflowers.data.augment import Augmentation, normalize
 from jaxflowers.models import init_rng
 from jaxflowers.parallel import AXIS
+from jaxflowers.xla_options import compiler_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +127,7 @@ def init_program(model, tx, image_shape, seed: int, flat: FlatParams | bool | No
     is traced (so ``model.init`` is traced once for both: 0.24 s of a warm H200 run's main
     thread); None: as the model's tree.
     """
-    @jax.jit
+    @functools.partial(jax.jit, compiler_options=compiler_options())
     def _init():
         # Both keys derived inside the program: computed eagerly, their dozen small ops each
         # compiled on their own (~1 s on an H200 host, in every run: too quick for the
