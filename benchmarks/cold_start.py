@@ -36,6 +36,8 @@ def main() -> None:
     parser.add_argument("data")
     parser.add_argument("--per-device-batch", type=int, default=128)
     parser.add_argument("--out", help="append the JSON line to this file")
+    parser.add_argument("--trace", help="write a jax.profiler trace of the compile here "
+                        "(XLA's compiler passes appear as host events)")
     args = parser.parse_args()
 
     import jax
@@ -51,6 +53,8 @@ def main() -> None:
            "jax": jax.__version__, "backend_start_s": round(time.perf_counter() - T0, 2)}
 
     def timed(name, fn):
+        if args.trace and name == "compile":
+            fn = _traced(fn, args.trace)
         wall, cpu = time.perf_counter(), _cpu()
         result = fn()
         row[name] = {"wall_s": round(time.perf_counter() - wall, 2),
@@ -98,6 +102,16 @@ def main() -> None:
     if args.out:
         with open(args.out, "a") as f:
             f.write(line + "\n")
+
+
+def _traced(fn, folder):
+    def run():
+        import jax
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0  # only XLA's and JAX's own (C++) events
+        with jax.profiler.trace(folder, profiler_options=options):
+            return fn()
+    return run
 
 
 def _rbg_init(run, jnp):
