@@ -20,10 +20,10 @@ from jaxflowers.parallel import REPLICATED, DataParallel, select_devices, sharde
 from jaxflowers.step import FlatParams, uses_flat_layout
 
 
-def _forward(variables, images, stats, *, model, dtype, batch: int, unpack=None):
+def _forward(variables, images, stats, *, model, dtype, batch: int, layout=None):
     """Per-device logits (m, C) float32 for (m, H, W, C) uint8 images, ``batch`` at a time."""
-    if unpack is not None:
-        variables = unpack(variables)
+    if layout is not None:
+        variables = layout.unpack(variables)
 
     def one(x):
         return model.apply(variables, normalize(x, stats[0], stats[1], dtype), train=False)
@@ -31,6 +31,15 @@ def _forward(variables, images, stats, *, model, dtype, batch: int, unpack=None)
     blocks = images.reshape(images.shape[0] // batch, batch, *images.shape[1:])
     logits = lax.map(one, blocks)
     return logits.reshape(images.shape[0], -1)
+
+
+@functools.lru_cache(maxsize=8)
+def _forward_program(parallel: DataParallel, model, dtype, batch: int, layout):
+    """The sharded forward pass: one jitted function per configuration in a process, so a
+    pass traced and compiled once (``train``'s validation) is reused by the next
+    ``Predictor`` (``predict`` after ``train``: no trace, no lowering, no compile)."""
+    forward = functools.partial(_forward, model=model, dtype=dtype, batch=batch, layout=layout)
+    return parallel.wrap(forward, (REPLICATED, sharded(0), REPLICATED), sharded(0))
 
 
 class Predictor:
@@ -41,14 +50,15 @@ class Predictor:
       model: a flax module taking ``train=False``.
       dtype: compute dtype.
       per_device_batch: most images a device processes at once.
-      unpack: applied to the variables inside the compiled pass (``train`` validates from
-        its flat parameter vector this way), or None.
+      layout: the parameters arrive as one vector in this ``FlatParams`` layout and are
+        unpacked inside the compiled pass (``train`` validates from its flat parameter
+        vector this way), or None: as the model's tree.
     """
 
     def __init__(self, parallel: DataParallel, model, dtype, per_device_batch: int,
-                 unpack=None):
+                 layout: FlatParams | None = None):
         self.parallel, self.model, self.dtype = parallel, model, dtype
-        self.per_device_batch, self.unpack = per_device_batch, unpack
+        self.per_device_batch, self.layout = per_device_batch, layout
         self._compiled: dict[int, object] = {}
 
     def place(self, images: np.ndarray):
@@ -91,9 +101,12 @@ class Predictor:
         return self._compiled[batch](variables, images, stats), n
 
     def _function(self, batch: int):
-        forward = functools.partial(_forward, model=self.model, dtype=self.dtype, batch=batch,
-                                    unpack=self.unpack)
-        return self.parallel.wrap(forward, (REPLICATED, sharded(0), REPLICATED), sharded(0))
+        key = (self.parallel, self.model, self.dtype, batch, self.layout)
+        try:
+            hash(key)
+        except TypeError:  # a module that cannot be a key: a program of its own
+            return _forward_program.__wrapped__(*key)
+        return _forward_program(*key)
 
     def fetch(self, handle) -> np.ndarray:
         """The float32 (n, C) logits of a ``start``; waits for that pass only."""
@@ -136,8 +149,7 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
         # images) this pass is its validation pass, a compilation-cache hit.
         layout = FlatParams.of(variables["params"])
         variables = {**variables, "params": layout.ravel(variables["params"], np)}
-    predictor = Predictor(parallel, net.model, net.dtype, mini_batch_size,
-                          unpack=None if layout is None else layout.unpack)
+    predictor = Predictor(parallel, net.model, net.dtype, mini_batch_size, layout)
     variables = parallel.put(variables)
     stats = parallel.put(tuple(np.asarray(s, np.float32) for s in net.normalization))
     logits = predictor.logits(variables, predictor.place(images), stats)

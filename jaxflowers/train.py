@@ -267,8 +267,7 @@ class _Run:
             raise ValueError(f"validation_data images are {image_shape(data)} but "
                              f"training feeds the network {self.input_shape}")
         per_device = self.options.mini_batch_size // self.parallel.num_devices
-        predictor = Predictor(self.parallel, self.model, self.dtype, per_device,
-                              unpack=self.cfg.unpack)
+        predictor = Predictor(self.parallel, self.model, self.dtype, per_device, self.cfg.flat)
         # Placed while compiling (``execute``); the pass compiles against its shape.
         return predictor, predictor.abstract(len(data), self.input_shape), np.asarray(data.labels)
 

@@ -86,36 +86,36 @@ def test_accuracy_and_confusion_matrix_worked_by_hand():
 REUSE = """
 import jax, numpy as np
 import jaxflowers as jf
-jf.enable_compilation_cache(min_compile_time_s=0)
 data = jf.data.digits()
 train, val = data.subset(np.arange(96)), data.subset(np.arange(96, 133))
 opts = jf.TrainingOptions(mini_batch_size=16, max_epochs=1, num_devices=2, verbose=False,
                           validation_data=val, parameter_layout="flat")
 net, info = jf.train(train, jf.models.cifar_net(1), opts)
-hits = []
-jax.monitoring.register_event_listener(
-    lambda name, **_: hits.append(1) if name == "/jax/compilation_cache/cache_hits" else None)
+events = []  # what JAX did to get a program: trace, lower, compile (or load)
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, _, **kw: events.append(name) if "/compile/" in name else None)
 for layout in ("flat", "tree"):
-    before = len(hits)
+    del events[:]
     scores = jf.predict(net, val, mini_batch_size=8, num_devices=2, parameter_layout=layout)
     accuracy = 100 * np.mean(np.argmax(scores, 1) == val.labels)  # percent, as MATLAB's
-    print(layout, len(hits) - before, abs(accuracy - info.final_validation_accuracy) < 1e-9)
+    print(layout, len(events), abs(accuracy - info.final_validation_accuracy) < 1e-9)
 """
 
 
-def test_predict_after_train_reuses_the_compiled_validation_pass(tmp_path):
+def test_predict_after_train_reuses_the_compiled_validation_pass():
     """Same devices, batch and images as training's validation, parameters handed over the
-    same way: the pass is a compilation-cache hit (on GPUs, where "auto" keeps parameters
-    as one vector, this saved ResNet-50's 1.6 s prediction compile)."""
+    same way: the pass is training's, already compiled: nothing is traced, lowered or
+    compiled (on GPUs, where "auto" keeps parameters as one vector, prediction took 0.6 s of
+    a warm ResNet-50 run that way, a trace, lowering and compilation-cache load)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2",
                XLA_FLAGS="--xla_force_host_platform_device_count=2",
-               PYTHONPATH=str(ROOT), JAXFLOWERS_COMPILE_CACHE=str(tmp_path / "xla"))
+               PYTHONPATH=str(ROOT))
     result = subprocess.run([sys.executable, "-c", REUSE], env=env, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line.split() for line in result.stdout.splitlines()]
-    assert rows[0][0] == "flat" and int(rows[0][1]) >= 1, rows  # the validation pass, loaded
-    assert rows[1][0] == "tree" and int(rows[1][1]) == 0, rows  # another program: compiled
+    assert rows[0][0] == "flat" and int(rows[0][1]) == 0, rows  # the validation pass itself
+    assert rows[1][0] == "tree" and int(rows[1][1]) >= 3, rows  # another program: compiled
     assert rows[0][2] == rows[1][2] == "True", rows  # the final validation's accuracy, both
 
 
