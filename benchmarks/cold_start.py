@@ -2,7 +2,8 @@
 
     python benchmarks/cold_start.py PIECE DATA [--per-device-batch 128] [--out FILE]
 
-PIECE (run each in a fresh process, with no compilation cache, so every compile is cold):
+PIECE (run each in a fresh process, with no compilation cache, so every compile is cold;
+``--trace DIR`` also profiles the compile and prints where XLA's time went):
   first-copy   a process's first device_put (4 floats), then the training set twice
   init         compile ResNet-50's init program as ``train`` builds it (hash-keyed weights)
   init-rbg     the same program with JAX's rbg keys instead (what ``train`` used before)
@@ -36,8 +37,8 @@ def main() -> None:
     parser.add_argument("data")
     parser.add_argument("--per-device-batch", type=int, default=128)
     parser.add_argument("--out", help="append the JSON line to this file")
-    parser.add_argument("--trace", help="write a jax.profiler trace of the compile here "
-                        "(XLA's compiler passes appear as host events)")
+    parser.add_argument("--trace", help="write a jax.profiler trace of the compile to this "
+                        "folder and print its host events (XLA's passes) by total time")
     args = parser.parse_args()
 
     import jax
@@ -97,6 +98,8 @@ def main() -> None:
                         job.result()
             timed("compile", together)
         run.feed.close()
+    if args.trace:
+        print("\n".join(trace_summary(args.trace)))
     line = json.dumps(row)
     print(line)
     if args.out:
@@ -112,6 +115,30 @@ def _traced(fn, folder):
         with jax.profiler.trace(folder, profiler_options=options):
             return fn()
     return run
+
+
+def trace_summary(folder: str, top: int = 30) -> list[str]:
+    """The trace's complete events by name (digits folded), most total time first: seconds
+    summed over every thread (so CPU-seconds for XLA's parallel work), count, threads."""
+    import collections
+    import glob
+    import gzip
+    import re
+
+    path = sorted(glob.glob(f"{folder}/**/*.trace.json.gz", recursive=True))[-1]
+    with gzip.open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    total, count = collections.defaultdict(float), collections.Counter()
+    threads = collections.defaultdict(set)
+    for event in events:
+        name = re.sub(r"\d+", "#", event["name"])[:90]
+        total[name] += event.get("dur", 0) / 1e6
+        count[name] += 1
+        threads[name].add(event["tid"])
+    lines = [f"{path}: {len(events)} events"]
+    for name, seconds in sorted(total.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"{seconds:9.3f} s  n={count[name]:6d}  threads={len(threads[name]):3d}  {name}")
+    return lines
 
 
 def _rbg_init(run, jnp):
