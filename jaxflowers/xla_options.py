@@ -2,6 +2,7 @@
 
 Per program (``jax.jit(..., compiler_options=...)``), so other JAX code in the process is
 untouched, and never against the user: an option named in ``XLA_FLAGS`` is left to it.
+(``strategy="pmap"`` programs compile with XLA's defaults: ``jax.pmap`` takes no options.)
 
 Measured on an H200 host (16 cores, jax 0.11.2; benchmarks/NOTES.md, session 6): a trace of
 ResNet-50's cold block compile showed XLA's latency-hiding scheduler run on each of ~2,500
