@@ -146,7 +146,7 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
     variables, layout = net.variables, None
     if uses_flat_layout(parameter_layout, parallel.devices[0].platform):
         # Handed over as training validated: right after ``train`` (same devices, batch and
-        # images) this pass is its validation pass, a compilation-cache hit.
+        # images) this pass is its validation pass, already traced and compiled.
         layout = FlatParams.of(variables["params"])
         variables = {**variables, "params": layout.ravel(variables["params"], np)}
     predictor = Predictor(parallel, net.model, net.dtype, mini_batch_size, layout)

@@ -40,7 +40,7 @@ class CifarNet(nn.Module):
         for block, filters in enumerate((width, 2 * width, 4 * width)):
             for _ in range(self.depth):
                 x = Conv(filters, (3, 3), padding="SAME", dtype=self.dtype,
-                            kernel_init=nn.initializers.glorot_uniform())(x)
+                         kernel_init=nn.initializers.glorot_uniform())(x)
                 x = BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
                               dtype=self.dtype, axis_name=self.bn_axis_name, relu=True)(x)
             if block < 2:
