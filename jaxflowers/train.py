@@ -133,12 +133,11 @@ class _Run:
             # first copy to a GPU costs ~1.8 s whatever its size, so the main thread copies
             # nothing before the block is traced.
             with concurrent.futures.ThreadPoolExecutor(5, "jaxflowers-compile") as pool:
-                measured = pool.submit(self._measure)
-                # Lowered first and alone (tracing and lowering hold the GIL): its compile
-                # is the longest, and the init's lowering beside it had slowed the block's
-                # trace from ~1.1 to 2.1 s of a warm H200 run's main thread.
-                block = pool.submit(self._lower(shapes).compile)
                 state = pool.submit(lambda: self.parallel.put(init()))
+                measured = pool.submit(self._measure)
+                # Traced first and alone (tracing holds the GIL): its compilation is the
+                # longest, so it starts before anything else is traced.
+                block = pool.submit(self._lower(shapes).compile)
                 validation = None
                 if self.validation is not None:
                     predictor, placed, labels = self.validation
