@@ -327,9 +327,8 @@ def _look_ahead(options: TrainingOptions, platform: str) -> int:
     the MATLAB example's training took 2.4 s more than its 960 steps: ~30 ms for each of
     its 80 validations). 0 with ``output_fn``, which may stop training on what it sees, so
     it sees every result as soon as it exists. 0 on XLA:CPU, where the "devices" are the
-    host's own cores (nothing to overlap), and where many queued multi-device programs
-    time out in XLA:CPU's collectives (a 40 s rendezvous abort seen with 4 fake devices on
-    2 cores)."""
+    host's own cores (nothing to overlap; with several of them every call waits anyway,
+    ``DataParallel.lockstep``)."""
     return 0 if options.output_fn is not None or platform == "cpu" else 1
 
 

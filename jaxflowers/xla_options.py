@@ -9,7 +9,8 @@ ResNet-50's cold block compile showed XLA's latency-hiding scheduler run on each
 autotuning candidate modules, 41 of the compile's 88 CPU-seconds. Without it and without
 the fusion autotuner the block compiled with 36 instead of 71-80 CPU-seconds, and the
 10-epoch MATLAB example's cold compile (init, block and validation at once) took 12.0 / 12.2
-instead of 16.5 / 15.2 s; the 1-GPU step stayed 18.63-18.66 ms. The one all-reduce of a
+instead of 16.5 / 15.2 s; the 1-GPU step took 18.63-18.77 ms with them and 18.65-18.69 ms
+without (separate processes, within their run-to-run spread). The one all-reduce of a
 multi-GPU step comes after the whole backward pass, so there is no latency to hide.
 """
 from __future__ import annotations
