@@ -17,7 +17,7 @@ _EXPORTS = {
     "Labels": "jaxflowers.predict", "accuracy": "jaxflowers.predict",
     "classify": "jaxflowers.predict", "confusion_matrix": "jaxflowers.predict",
     "predict": "jaxflowers.predict", "scores_to_labels": "jaxflowers.predict",
-    "TrainingInfo": "jaxflowers.progress", "TrainedNet": "jaxflowers.train",
+    "TrainingInfo": "jaxflowers.info", "TrainedNet": "jaxflowers.net",
     "train": "jaxflowers.train", "enable_compilation_cache": "jaxflowers.compile_cache",
 }
 _SUBMODULES = ("data", "models", "monitor", "plots", "recipes", "sweep")

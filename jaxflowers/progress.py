@@ -4,50 +4,18 @@ touches JAX.
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from typing import Any, Callable
 
 import numpy as np
 
+from jaxflowers.info import TrainingInfo
+
 _COLUMNS = ("Epoch", "Iteration", "Time Elapsed", "Mini-batch", "Validation", "Mini-batch",
             "Validation", "Base Learning")
 _COLUMNS_2 = ("", "", "(hh:mm:ss)", "Accuracy", "Accuracy", "Loss", "Loss", "Rate")
 _WIDTHS = (7, 11, 14, 12, 12, 12, 12, 15)
-
-
-@dataclasses.dataclass
-class TrainingInfo:
-    """What ``train`` measured (MATLAB's ``info``/``TrainingHistory``).
-
-    Per-iteration arrays have one entry per iteration actually run (1-based ``iteration``);
-    accuracies are in percent, as MATLAB reports them.
-    """
-
-    iteration: np.ndarray  # int (I,)
-    epoch: np.ndarray  # int (I,)
-    loss: np.ndarray  # float (I,), mini-batch cross-entropy
-    accuracy: np.ndarray  # float (I,), mini-batch accuracy in %
-    learn_rate: np.ndarray  # float (I,), the rate the solver used
-    validation_iteration: np.ndarray  # int (V,)
-    validation_loss: np.ndarray  # float (V,)
-    validation_accuracy: np.ndarray  # float (V,), %
-    compile_time: float = 0.0  # seconds spent compiling before the first step
-    train_time: float = 0.0  # seconds of the training loop, validation included
-    validation_time: float = 0.0  # seconds of that the host waited for validation results
-    images_per_second: float = 0.0  # training images / (train_time - validation_time)
-    num_devices: int = 1
-    data_placement: str = "resident"  # "resident" (copied to the devices) or "stream"
-    stopped_early: bool = False  # output_fn asked to stop
-
-    @property
-    def final_validation_loss(self) -> float | None:
-        return float(self.validation_loss[-1]) if len(self.validation_loss) else None
-
-    @property
-    def final_validation_accuracy(self) -> float | None:
-        return float(self.validation_accuracy[-1]) if len(self.validation_accuracy) else None
 
 
 class Progress:

@@ -16,45 +16,23 @@ import concurrent.futures
 import dataclasses
 import functools
 import time
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxflowers.data.loader import ResidentData, channel_stats, choose_placement, image_shape
+from jaxflowers.info import TrainingInfo
+from jaxflowers.net import TrainedNet
 from jaxflowers.optim import learn_rate_schedule, make_optimizer
 from jaxflowers.options import TrainingOptions
 from jaxflowers.parallel import AXIS, DataParallel, select_devices
 from jaxflowers.predict import Predictor, log_softmax
-from jaxflowers.progress import Progress, TrainingInfo
+from jaxflowers.progress import Progress
 from jaxflowers.step import (StepConfig, TrainState, init_program, train_block, train_streamed,
                              uses_flat_layout)
 
 __all__ = ["TrainedNet", "TrainingInfo", "train"]
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainedNet:
-    """A trained network: the module, its variables and what it needs to predict.
-
-    Attributes:
-      model: the flax module (compute dtype as trained, per-device batch norm).
-      variables: {"params": ..., "batch_stats": ...} of numpy arrays.
-      class_names: tuple of str, output ``i`` is class ``class_names[i]``.
-      normalization: per-channel (mean, std), float32 (C,), applied to uint8 inputs.
-      input_shape: (H, W, C) the network expects.
-    """
-
-    model: Any
-    variables: dict
-    class_names: tuple[str, ...]
-    normalization: tuple[np.ndarray, np.ndarray]
-    input_shape: tuple[int, int, int]
-
-    @property
-    def dtype(self):
-        return getattr(self.model, "dtype", jnp.float32)
 
 
 def train(data, model, options: TrainingOptions) -> tuple[TrainedNet, TrainingInfo]:

@@ -12,7 +12,7 @@ from jaxflowers import live, plots
 
 
 def make_info(n=12):
-    """Stands in for progress.TrainingInfo: n iterations of 4 per epoch, validated every 4."""
+    """Stands in for info.TrainingInfo: n iterations of 4 per epoch, validated every 4."""
     it = np.arange(1, n + 1)
     return types.SimpleNamespace(
         iteration=it, epoch=(it - 1) // 4 + 1, loss=2.0 / it,

@@ -16,8 +16,8 @@ from typing import Any
 
 DATACLASSES = frozenset({
     "jaxflowers.options:TrainingOptions", "jaxflowers.data.augment:Augmentation",
-    "jaxflowers.data.imageset:ImageSet", "jaxflowers.train:TrainedNet",
-    "jaxflowers.progress:TrainingInfo"})
+    "jaxflowers.data.imageset:ImageSet", "jaxflowers.net:TrainedNet",
+    "jaxflowers.info:TrainingInfo"})
 _IMAGE_SETS = frozenset({"jaxflowers.data.folder:ImageFolder"})  # loaded, then an ImageSet
 _MODELS = "jaxflowers.models."
 

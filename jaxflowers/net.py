@@ -1,0 +1,31 @@
+"""``TrainedNet``: a trained network and what it needs to predict."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedNet:
+    """A trained network: the module, its variables and what it needs to predict.
+
+    Attributes:
+      model: the flax module (compute dtype as trained, per-device batch norm).
+      variables: {"params": ..., "batch_stats": ...} of numpy arrays.
+      class_names: tuple of str, output ``i`` is class ``class_names[i]``.
+      normalization: per-channel (mean, std), float32 (C,), applied to uint8 inputs.
+      input_shape: (H, W, C) the network expects.
+    """
+
+    model: Any
+    variables: dict
+    class_names: tuple[str, ...]
+    normalization: tuple[np.ndarray, np.ndarray]
+    input_shape: tuple[int, int, int]
+
+    @property
+    def dtype(self):
+        return getattr(self.model, "dtype", jnp.float32)
