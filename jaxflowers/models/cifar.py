@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -20,19 +20,23 @@ def cifar_width(depth: int) -> int:
 class CifarNet(nn.Module):
     """Three blocks of ``depth`` x [3x3 conv 'same', batch norm, ReLU] with width, 2*width
     and 4*width filters, 2x2 max pools after the first two, an 8x8 average pool and a dense
-    layer. Convolutions carry biases and Glorot-uniform weights, as MATLAB's do.
+    layer. Convolutions and the dense layer carry zero-initialised biases and Glorot-uniform
+    weights, MATLAB's defaults for ``convolution2dLayer`` and ``fullyConnectedLayer``.
 
     Attributes:
       depth: convolutions per block (1-4 in the example).
       num_classes: outputs of the dense layer.
       dtype: compute dtype; parameters stay float32.
       bn_axis_name: mesh axis for synchronised batch norm, or None.
+      dense_init: initialiser of the dense layer's kernel (default MATLAB's Glorot-uniform;
+        flax's own default would be ``lecun_normal()``).
     """
 
     depth: int
     num_classes: int = 10
     dtype: Any = jnp.float32
     bn_axis_name: str | None = None
+    dense_init: Callable = nn.initializers.glorot_uniform()
 
     @nn.compact
     def __call__(self, x, train: bool = True):
@@ -47,7 +51,8 @@ class CifarNet(nn.Module):
                 x = max_pool(x, (2, 2), strides=(2, 2))
         x = nn.avg_pool(x, (8, 8), strides=(8, 8))
         x = x.reshape(x.shape[0], -1)
-        return Dense(self.num_classes, dtype=self.dtype)(x).astype(jnp.float32)
+        return Dense(self.num_classes, dtype=self.dtype,
+                     kernel_init=self.dense_init)(x).astype(jnp.float32)
 
 
 def cifar_net(depth: int, num_classes: int = 10, **kwargs) -> CifarNet:
@@ -56,7 +61,7 @@ def cifar_net(depth: int, num_classes: int = 10, **kwargs) -> CifarNet:
     Args:
       depth: convolutions per block, a positive integer; width is ``round(16/sqrt(depth))``.
       num_classes: number of classes (10 for CIFAR-10).
-      **kwargs: ``dtype`` or ``bn_axis_name`` (see ``CifarNet``).
+      **kwargs: ``dtype``, ``bn_axis_name`` or ``dense_init`` (see ``CifarNet``).
 
     Returns:
       A ``CifarNet``; ``apply(variables, x, train=...)`` maps (B, 32, 32, 3) to (B, num_classes).
