@@ -85,8 +85,6 @@ def split(labels: np.ndarray, how: str, seed: int) -> tuple[np.ndarray, np.ndarr
 
 def run_one(images, labels, classes, candidate: str, depth: int, seed: int, epochs: int) -> dict:
     """Train one network and score it on the validation split in every ``MODES`` way."""
-    import flax.linen as nn
-
     import jaxflowers as jf
     from jaxflowers import recipes
     from jaxflowers.population import population_statistics
@@ -95,8 +93,7 @@ def run_one(images, labels, classes, candidate: str, depth: int, seed: int, epoc
     train_idx, val_idx = split(labels, how, seed)
     train_set = jf.data.ImageSet(images[train_idx], labels[train_idx], classes)
     val_set = jf.data.ImageSet(images[val_idx], labels[val_idx], classes)
-    model = jf.models.cifar_net(depth, len(classes),
-                                dense_init=getattr(nn.initializers, dense_init)())
+    model = jf.models.cifar_net(depth, len(classes), dense_init=dense_init)
     steps = len(train_set) // 128
     opts = recipes.sweep_options(len(train_set), max_epochs=epochs, validation_data=val_set,
                                  precision=precision, seed=seed, verbose=False,

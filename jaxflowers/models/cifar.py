@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -28,15 +28,16 @@ class CifarNet(nn.Module):
       num_classes: outputs of the dense layer.
       dtype: compute dtype; parameters stay float32.
       bn_axis_name: mesh axis for synchronised batch norm, or None.
-      dense_init: initialiser of the dense layer's kernel (default MATLAB's Glorot-uniform;
-        flax's own default would be ``lecun_normal()``).
+      dense_init: name of the ``flax.linen.initializers`` function that draws the dense
+        layer's kernel: MATLAB's "glorot_uniform" by default (flax's own default would be
+        "lecun_normal"). A name, not a function, so the module travels as JSON (sweeps).
     """
 
     depth: int
     num_classes: int = 10
     dtype: Any = jnp.float32
     bn_axis_name: str | None = None
-    dense_init: Callable = nn.initializers.glorot_uniform()
+    dense_init: str = "glorot_uniform"
 
     @nn.compact
     def __call__(self, x, train: bool = True):
@@ -51,8 +52,9 @@ class CifarNet(nn.Module):
                 x = max_pool(x, (2, 2), strides=(2, 2))
         x = nn.avg_pool(x, (8, 8), strides=(8, 8))
         x = x.reshape(x.shape[0], -1)
-        return Dense(self.num_classes, dtype=self.dtype,
-                     kernel_init=self.dense_init)(x).astype(jnp.float32)
+        kernel_init = getattr(nn.initializers, self.dense_init)()
+        logits = Dense(self.num_classes, dtype=self.dtype, kernel_init=kernel_init)(x)
+        return logits.astype(jnp.float32)
 
 
 def cifar_net(depth: int, num_classes: int = 10, **kwargs) -> CifarNet:
@@ -68,4 +70,8 @@ def cifar_net(depth: int, num_classes: int = 10, **kwargs) -> CifarNet:
     """
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"cifar_net(depth={depth!r}): depth must be a positive integer")
+    dense_init = kwargs.get("dense_init", "glorot_uniform")
+    if not (isinstance(dense_init, str) and callable(getattr(nn.initializers, dense_init, None))):
+        raise ValueError(f"cifar_net(dense_init={dense_init!r}): name a flax.linen.initializers "
+                         'function, e.g. "glorot_uniform" or "lecun_normal"')
     return CifarNet(depth=depth, num_classes=num_classes, **kwargs)
