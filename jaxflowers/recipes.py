@@ -8,46 +8,37 @@ The recipes named after MATLAB's examples are verbatim: ``"flowers"`` is "Train 
 Using Automatic Multi-GPU Support" on the Flowers photos, ``"sweep"`` is "Use parfeval to
 Train Multiple Deep Learning Networks" on CIFAR-10. Variants carry their own names
 (``"flowers-tuned"``) and say what they change.
+
+Importing this module imports no JAX (a sweep's caller reads the registry before its
+workers start); building a model, loading data or making options does.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from jaxflowers import models
-from jaxflowers.data import Augmentation, ImageFolder, digits
-from jaxflowers.options import TrainingOptions, scale_for_devices
+if TYPE_CHECKING:
+    from jaxflowers.options import TrainingOptions
 
-
-@dataclasses.dataclass(frozen=True)
-class ModelEntry:
-    """A network by name: its factory and the image size the recipes train it at."""
-
-    build: Callable  # build(num_classes, depth) -> flax module
-    image_size: tuple[int, int]  # (height, width)
-
-
-def _resnet(name: str) -> ModelEntry:
-    """A ResNet of fixed depth: ``depth`` is cifar_net's and does not apply."""
-    return ModelEntry(lambda num_classes, depth: getattr(models, name)(num_classes=num_classes),
-                      (224, 224))
-
-
-MODELS: dict[str, ModelEntry] = {
-    "cifar_net": ModelEntry(lambda num_classes, depth: models.cifar_net(depth, num_classes),
-                            (32, 32)),
-    **{name: _resnet(name) for name in ("resnet18", "resnet34", "resnet50", "resnet101")},
-}
+# Networks by name: the image size the recipes train each at, (height, width).
+IMAGE_SIZE = {"cifar_net": (32, 32), "resnet18": (224, 224), "resnet34": (224, 224),
+              "resnet50": (224, 224), "resnet101": (224, 224)}
+MODELS = tuple(IMAGE_SIZE)
 # Data sets by name (anything else is a folder of class folders or a URL of one).
 DATASETS = ("digits", "flowers", "cifar10")
-IMAGE_SIZE = {name: entry.image_size for name, entry in MODELS.items()}
-
-EXAMPLE_AUGMENTATION = {  # each MATLAB example's imageDataAugmenter
-    "flowers": Augmentation(reflect_x=True, translate_x=(-30, 30), translate_y=(-30, 30)),
-    "sweep": Augmentation(reflect_x=True, translate_x=(-4, 4), translate_y=(-4, 4)),
+# Each MATLAB example's imageDataAugmenter, as ``Augmentation`` fields.
+EXAMPLE_AUGMENTATION = {
+    "flowers": {"reflect_x": True, "translate_x": (-30, 30), "translate_y": (-30, 30)},
+    "sweep": {"reflect_x": True, "translate_x": (-4, 4), "translate_y": (-4, 4)},
 }
+
+
+def augmentation(example: str):
+    """The ``Augmentation`` of a MATLAB example ("flowers" or "sweep")."""
+    from jaxflowers.data.augment import Augmentation
+    return Augmentation(**EXAMPLE_AUGMENTATION[example])
 
 
 def build_model(name: str, num_classes: int, *, depth: int = 2):
@@ -61,9 +52,13 @@ def build_model(name: str, num_classes: int, *, depth: int = 2):
     Returns:
       The flax module.
     """
+    from jaxflowers import models
+
     if name not in MODELS:
         raise ValueError(f"model={name!r} is not one of {', '.join(MODELS)}")
-    return MODELS[name].build(num_classes, depth)
+    if name == "cifar_net":
+        return models.cifar_net(depth, num_classes)
+    return getattr(models, name)(num_classes=num_classes)
 
 
 def load_data(name: str, *, model: str = "cifar_net", cache_dir: str | None = None):
@@ -79,9 +74,11 @@ def load_data(name: str, *, model: str = "cifar_net", cache_dir: str | None = No
     Returns:
       An image set (``images`` uint8 (N, H, W, 3), ``labels``, ``class_names``).
     """
+    from jaxflowers.data import ImageFolder, digits
+
     if model not in MODELS:
         raise ValueError(f"model={model!r} is not one of {', '.join(MODELS)}")
-    size = MODELS[model].image_size
+    size = IMAGE_SIZE[model]
     if name == "digits":
         return digits(size)
     if name == "flowers":
@@ -117,12 +114,14 @@ def flowers_options(device_count: int, num_train: int, *, per_device_batch: int 
     Returns:
       ``TrainingOptions`` with the global mini-batch.
     """
+    from jaxflowers.options import TrainingOptions
+
     batch = per_device_batch * device_count
     fields = dict(
         solver="adam", initial_learn_rate=1e-2 * batch / 64, mini_batch_size=batch,
         max_epochs=max_epochs, shuffle="every-epoch", learn_rate_schedule="piecewise",
         learn_rate_drop_factor=0.1, learn_rate_drop_period=50,
-        augmentation=EXAMPLE_AUGMENTATION["flowers"],
+        augmentation=augmentation("flowers"),
         validation_frequency=max(1, math.floor(4 * num_train / batch)))
     return TrainingOptions(**{**fields, **overrides})
 
@@ -132,6 +131,8 @@ def flowers_tuned_options(device_count: int, num_train: int, *, per_device_batch
     """The multi-GPU example with a tenth of its learning rate, validated once per epoch:
     Adam at 1e-3 x GPUs (``scale_for_devices``), otherwise the example's options. It tests
     better than the example on Flowers (README, "Accuracy against MATLAB")."""
+    from jaxflowers.options import scale_for_devices
+
     base = flowers_options(1, num_train, per_device_batch=per_device_batch,
                            max_epochs=max_epochs, **overrides).replace(initial_learn_rate=1e-3)
     scaled = scale_for_devices(base, device_count, verbose=False)
@@ -143,10 +144,12 @@ def sweep_options(num_train: int, *, max_epochs: int = 30, mini_batch_size: int 
     """The parfeval example's options, verbatim: SGDM, ``0.1*miniBatchSize/256``, momentum
     0.9, L2 1e-10, mini-batch 128, 30 epochs, shuffled every epoch, +-4 px translation and
     reflection, ``ValidationFrequency=floor(numel(imdsTrain.Labels)/miniBatchSize)``."""
+    from jaxflowers.options import TrainingOptions
+
     fields = dict(
         solver="sgdm", initial_learn_rate=0.1 * mini_batch_size / 256, momentum=0.9,
         l2_regularization=1e-10, mini_batch_size=mini_batch_size, max_epochs=max_epochs,
-        shuffle="every-epoch", augmentation=EXAMPLE_AUGMENTATION["sweep"],
+        shuffle="every-epoch", augmentation=augmentation("sweep"),
         validation_frequency=max(1, num_train // mini_batch_size))
     return TrainingOptions(**{**fields, **overrides})
 
@@ -156,6 +159,9 @@ def digits_options(*, validation_data=None, max_epochs: int = 15, mini_batch_siz
     """The offline main job on the embedded digits: Adam 1e-3, +-2 px translation, 15
     epochs (test accuracy of cifar_net(2) over split/init seeds 0-3 on one CPU device:
     98.9/99.4/99.4/98.3%; 10 epochs gave 95.0% on seed 0)."""
+    from jaxflowers.data.augment import Augmentation
+    from jaxflowers.options import TrainingOptions
+
     return TrainingOptions(
         solver="adam", initial_learn_rate=1e-3, mini_batch_size=mini_batch_size,
         max_epochs=max_epochs, shuffle="every-epoch", validation_data=validation_data,

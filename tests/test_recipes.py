@@ -100,3 +100,14 @@ def test_flowers_example_validates_on_its_schedule_on_the_sample(shared_data):
     assert float(schedule(49)) == pytest.approx(0.02)
     assert float(schedule(50)) == pytest.approx(0.002)
     assert len(net.class_names) == 5
+
+
+def test_reading_the_registry_imports_no_jax():
+    """A sweep's caller reads the registry before its workers start: reading it imports no
+    JAX (the sweep's module-level constants come from it)."""
+    import subprocess
+    import sys
+    code = ("import sys, jaxflowers.recipes as r; r.recipe('sweep'); r.IMAGE_SIZE['cifar_net']; "
+            "print(sorted(m for m in ('jax', 'flax') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
