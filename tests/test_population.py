@@ -7,7 +7,11 @@ import pytest
 
 import jaxflowers as jf
 from jaxflowers.data.augment import normalize
-from jaxflowers.population import batch_moments, moments_to_statistics, population_statistics
+from jaxflowers.population import (
+    batch_moments,
+    moments_to_statistics,
+    population_statistics,
+)
 
 
 @pytest.fixture(scope="module")

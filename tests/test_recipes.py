@@ -65,7 +65,7 @@ def test_default_recipe_follows_the_data_and_the_model():
 @pytest.mark.parametrize("name", sorted(recipes.MODELS))
 def test_every_model_builds_at_its_image_size(name):
     model = recipes.build_model(name, 3, depth=3)
-    assert getattr(model, "num_classes") == 3
+    assert model.num_classes == 3
     assert recipes.IMAGE_SIZE[name] == ((32, 32) if name == "cifar_net" else (224, 224))
     if name == "cifar_net":
         assert model.depth == 3
