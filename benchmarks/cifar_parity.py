@@ -37,9 +37,9 @@ import numpy as np
 
 # name -> (precision, dense-layer initialiser, split)
 CANDIDATES = {
-    "baseline": ("bfloat16", "lecun_normal", "random"),  # the library before this harness
+    "baseline": ("bfloat16", "lecun_normal", "random"),  # flax's dense init
     "float32": ("float32", "lecun_normal", "random"),
-    "glorot": ("bfloat16", "glorot_uniform", "random"),
+    "glorot": ("bfloat16", "glorot_uniform", "random"),  # the library's defaults
     "float32-glorot": ("float32", "glorot_uniform", "random"),
     "matlab-split": ("bfloat16", "glorot_uniform", "first"),
     "float32-glorot-matlab-split": ("float32", "glorot_uniform", "first"),
