@@ -95,10 +95,11 @@ def run_one(images, labels, classes, candidate: str, depth: int, seed: int, epoc
     val_set = jf.data.ImageSet(images[val_idx], labels[val_idx], classes)
     model = jf.models.cifar_net(depth, len(classes), dense_init=dense_init)
     steps = len(train_set) // 128
-    opts = recipes.sweep_options(len(train_set), max_epochs=epochs, validation_data=val_set,
-                                 precision=precision, seed=seed, verbose=False,
-                                 verbose_frequency=steps)
-    net, info = jf.train(train_set, model, opts)
+    opts = recipes.recipe("sweep").options(1, len(train_set), max_epochs=epochs, seed=seed,
+                                           validation_data=val_set, verbose=False,
+                                           verbose_frequency=steps)
+    net, info = jf.train(train_set, model, opts,
+                         execution=jf.ExecutionOptions(precision=precision))
     t0 = time.perf_counter()
     scores = {"running": info.final_validation_accuracy}
     for mode, augmentation in (("population", None), ("population-aug", opts.augmentation)):

@@ -15,9 +15,9 @@ def test_flowers_recipe_is_the_multi_gpu_example_verbatim(gpus):
     """miniBatchSize = 128*numGPUs, initialLearnRate = 1e-2*miniBatchSize/64,
     ValidationFrequency = floor(4*numel(imdsTrain.Files)/miniBatchSize), Adam, 80 epochs,
     x0.1 every 50, reflection and +-30 px translation."""
-    opts = recipes.recipe("flowers").options(gpus, 3303, num_devices=gpus, seed=3)
+    opts = recipes.recipe("flowers").options(gpus, 3303, seed=3)
     batch = 128 * gpus
-    assert (opts.mini_batch_size, opts.num_devices, opts.seed) == (batch, gpus, 3)
+    assert (opts.mini_batch_size, opts.seed) == (batch, 3)
     assert opts.initial_learn_rate == pytest.approx(1e-2 * batch / 64)  # 0.04 on 2 GPUs
     assert opts.validation_frequency == math.floor(4 * 3303 / batch)  # 51 on 2 GPUs
     assert (opts.solver, opts.max_epochs, opts.shuffle) == ("adam", 80, "every-epoch")
@@ -88,11 +88,12 @@ def test_flowers_example_validates_on_its_schedule_on_the_sample(shared_data):
     recipe = recipes.recipe("flowers")
     train_set, validation_set = photos.split_each_label(recipe.train_fraction, seed=0)
     assert (len(train_set), len(validation_set)) == (180, 20)
-    opts = recipe.options(1, len(train_set), num_devices=1, validation_data=validation_set,
-                          max_epochs=12, verbose=False)
+    opts = recipe.options(1, len(train_set), validation_data=validation_set, max_epochs=12,
+                          verbose=False)
     assert (opts.mini_batch_size, opts.validation_frequency) == (128, 5)
     assert opts.initial_learn_rate == pytest.approx(0.02)
-    net, info = jf.train(train_set, jf.models.cifar_net(1, num_classes=5), opts)
+    net, info = jf.train(train_set, jf.models.cifar_net(1, num_classes=5), opts,
+                         execution=jf.ExecutionOptions(num_devices=1))
     assert info.validation_iteration.tolist() == [5, 10, 12]  # one step per epoch
     np.testing.assert_allclose(info.learn_rate, 0.02, rtol=1e-6)
     full = recipe.options(1, len(train_set))  # 80 epochs: x0.1 after epoch 50
