@@ -108,7 +108,7 @@ def flowers_options(device_count: int, num_train: int, *, per_device_batch: int 
       num_train: training images, for the validation frequency.
       per_device_batch: 128 in the example.
       max_epochs: 80 in the example.
-      **overrides: further ``TrainingOptions`` fields (``validation_data``, ``max_epochs``,
+      **overrides: further ``TrainingOptions`` fields (``validation_data``, ``verbose``,
         ``seed``...).
 
     Returns:
