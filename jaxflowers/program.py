@@ -260,25 +260,25 @@ class TrainProgram:
     # ------------------------------------------------------------------ population statistics
 
     def _population_pass(self) -> Callable:
-        """The compiled pass of ``population.py`` for this feed: ``run(variables, *, arrays,
-        stats)`` returns placed variables with population statistics."""
-        crop = self.input_shape[:2] if self.input_shape != self.feed.shape[1:] else None
-        kwargs = dict(model=self._population_model, dtype=self.dtype, crop=crop)
-        variables, stats = self.variable_shapes(), self.stats_shape
+        """The compiled population pass (``population.py``) for this feed: ``run(variables,
+        *, arrays, stats)`` returns placed variables with population statistics."""
+        kwargs = dict(model=self._population_model, dtype=self.dtype,
+                      augmentation=self.options.augmentation)
         batches = self.feed.steps_per_epoch
-        global_order = np.arange(batches * self.options.mini_batch_size, dtype=np.int32)
-        global_order = global_order.reshape(batches, -1)
-        if isinstance(self.feed, ResidentData):
-            fn = functools.partial(population.resident_pass, **kwargs)
-            wrapped = self.parallel.wrap(fn, (REPLICATED, REPLICATED, sharded(1), REPLICATED),
-                                         REPLICATED)
-            images = self.parallel.abstract(jax.ShapeDtypeStruct(self.feed.shape, np.uint8))
-            order = self.parallel.abstract(jax.ShapeDtypeStruct(global_order.shape, np.int32),
-                                           sharded(1))
-            compiled = wrapped.lower(variables, images, order, stats).compile()
-            return lambda variables, arrays, stats: compiled(
-                variables, arrays[0], self.parallel.put(global_order, sharded(1)), stats)
-        return _StreamedPopulation(self, kwargs, global_order)
+        order = np.arange(batches * self.options.mini_batch_size, dtype=np.int32)
+        order = order.reshape(batches, -1)
+        if not isinstance(self.feed, ResidentData):
+            return _StreamedPopulation(self, kwargs, order)
+        fn = functools.partial(population.resident_pass, seed=self.options.seed,
+                               count=order.size, **kwargs)
+        wrapped = self.parallel.wrap(fn, (REPLICATED, REPLICATED, sharded(1), REPLICATED),
+                                     REPLICATED)
+        images = self.parallel.abstract(jax.ShapeDtypeStruct(self.feed.shape, np.uint8))
+        placed = self.parallel.abstract(jax.ShapeDtypeStruct(order.shape, np.int32), sharded(1))
+        compiled = wrapped.lower(self.variable_shapes(), images, placed,
+                                 self.stats_shape).compile()
+        return lambda variables, arrays, stats: compiled(
+            variables, arrays[0], self.parallel.put(order, sharded(1)), stats)
 
     def _tree_state(self, state: TrainState) -> dict:
         """Per device: ``state`` as a dict in tree form (copies, never the inputs)."""
@@ -329,36 +329,40 @@ class _StreamedRunner:
 
 
 class _StreamedPopulation:
-    """The population pass over a streamed training set: one dispatch per host batch."""
+    """The population pass over a streamed training set: one dispatch per host batch, each
+    image with the key ``resident_pass`` gives it."""
 
-    def __init__(self, program: TrainProgram, kwargs: dict, global_order: np.ndarray):
-        self.program, self.order = program, global_order
+    def __init__(self, program: TrainProgram, kwargs: dict, order: np.ndarray):
+        self.program, self.order = program, order
         parallel = program.parallel
 
-        def add(total, variables, images, stats):
-            return population.accumulate(total, population.batch_moments(
-                variables, images, stats, **kwargs))
+        def add(total, variables, images, keys, stats):
+            moments = population.pass_moments(variables, images, stats, keys=keys, **kwargs)
+            return jax.tree.map(jnp.add, total, moments)
 
-        self._add = parallel.wrap(add, (REPLICATED, REPLICATED, sharded(0), REPLICATED),
-                                  REPLICATED, donate_argnums=(0,))
-        self._finish = parallel.wrap(functools.partial(
-            population.with_population, batches=len(global_order)),
-            (REPLICATED, REPLICATED), REPLICATED)
+        self._add = parallel.wrap(add, (REPLICATED, REPLICATED, sharded(0), sharded(0),
+                                        REPLICATED), REPLICATED, donate_argnums=(0,))
+        self._finish = parallel.wrap(functools.partial(population.with_population,
+                                                       batches=len(order)),
+                                     (REPLICATED, REPLICATED), REPLICATED)
 
     def __call__(self, variables, arrays, stats):
-        del arrays  # the streamed feed's iterator: the pass reads the set in its own order
+        del arrays  # the training iterator: the pass reads the set in its own order
         from jaxflowers.data.stream import host_batches, process_columns
 
-        parallel, order = self.program.parallel, self.order
+        program, parallel, order = self.program, self.program.parallel, self.order
+        keys = np.asarray(jax.random.split(jax.random.PRNGKey(program.options.seed),
+                                           order.size))
         if parallel.multiprocess:
             order = process_columns(order, jax.process_index(), jax.process_count())
-        batches = iter(host_batches(self.program.feed.data, order))
-        shapes = jax.eval_shape(population.zero_moments,
-                                self.program.variable_shapes_local()["batch_stats"])
+        shapes = jax.eval_shape(functools.partial(population.batch_moments, program.model),
+                                program.variable_shapes_local(),
+                                jax.ShapeDtypeStruct((1, *program.input_shape), program.dtype))
         total = parallel.put(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
-        for batch in batches:
-            images = parallel.put_process_local(batch["images"], sharded(0))
-            total = self._add(total, variables, images, stats)
+        for batch in host_batches(program.feed.data, order):
+            images, batch_keys = parallel.put_process_local(
+                (batch["images"], keys[batch["index"]]), sharded(0))
+            total = self._add(total, variables, images, batch_keys, stats)
         return self._finish(variables, total)
 
 

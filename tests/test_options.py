@@ -141,16 +141,6 @@ def test_constant_schedule():
     assert float(schedule(0)) == float(schedule(10_000)) == pytest.approx(0.3)
 
 
-def test_flowers_recipe_scales_for_the_gpus_and_keeps_other_overrides():
-    from jaxflowers import recipes
-
-    opts = recipes.flowers_options(2, 3303, seed=3, verbose=False)
-    assert (opts.mini_batch_size, opts.seed) == (256, 3)
-    assert opts.initial_learn_rate == pytest.approx(2e-3)
-    assert opts.validation_frequency == 3303 // 256  # once per epoch
-    assert (opts.solver, opts.max_epochs, opts.learn_rate_drop_period) == ("adam", 80, 50)
-
-
 def test_squared_gradient_decay_defaults_follow_matlab_per_solver():
     assert jf.TrainingOptions(solver="rmsprop").squared_decay == 0.9
     assert jf.TrainingOptions(solver="adam").squared_decay == 0.999
