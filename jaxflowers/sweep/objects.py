@@ -17,7 +17,9 @@ from typing import Any
 DATACLASSES = frozenset({
     "jaxflowers.options:TrainingOptions", "jaxflowers.data.augment:Augmentation",
     "jaxflowers.data.imageset:ImageSet", "jaxflowers.net:TrainedNet",
-    "jaxflowers.info:TrainingInfo"})
+    "jaxflowers.info:TrainingInfo",
+    *(f"jaxflowers.schedules:{name}" for name in ("Constant", "Piecewise", "Warmup", "Cosine",
+                                                  "Polynomial", "Exponential", "Cyclical"))})
 _IMAGE_SETS = frozenset({"jaxflowers.data.folder:ImageFolder"})  # loaded, then an ImageSet
 _MODELS = "jaxflowers.models."
 
