@@ -3,7 +3,9 @@
 A checkpoint holds everything needed to continue a run exactly: the state in tree form
 (parameters, batch-norm statistics, solver state, iteration, the data-order and
 augmentation key; independent of the device count and of the update's parameter layout),
-the ``History`` so far, and the options and data it was trained with. The iteration
+the best-validation network so far when the run may return it (``"best"`` beside the
+state), the ``History`` so far (from which validation patience is rebuilt), and the
+options and data it was trained with. The iteration
 determines the position in the seeded plan, so nothing else is needed.
 
 orbax writes each checkpoint into a temporary folder and renames it when complete, so a
@@ -24,7 +26,7 @@ import numpy as np
 from jaxflowers.history import History
 from jaxflowers.options import TrainingOptions
 
-FORMAT = 1
+FORMAT = 2  # 2: the best-validation network and the new options in the record
 # Options that change what a run computes; a resumed run must keep them. (``max_epochs``
 # may grow: the plan's and schedule's earlier iterations do not depend on it, unless the
 # schedule runs "to the end of training", which the recipe then records.)
