@@ -186,7 +186,7 @@ class TrainingLoop:
             return
         if self.objective.update(point.done, scores) and self.keep:
             self.best = (point.done, point.variables)
-        if self.keep:
+        if self.keep and not math.isinf(self.objective.patience):  # for a patience stop
             self.latest = (point.done, point.variables)
         if self.objective.exhausted:
             self.stop_reason = PATIENCE

@@ -1,10 +1,11 @@
 """``TrainProgram``: the one owner of what a training runs on the devices.
 
 It holds the parameter layout, the shardings, the wrapping (``DataParallel.wrap``:
-``shard_map`` or ``pmap``) and the compilation of the initial state, the training block and
-the validation pass. Feeds hand it host arrays, which it places. Everything that leaves it
-(variables, checkpoints, the trained network) is the model's own parameter tree: keeping
-the parameters as one vector during the update is this module's internal detail.
+``shard_map`` or ``pmap``) and the compilation of the initial state, the training block,
+the validation pass and the population-statistics pass that follows training. Feeds hand
+it host arrays, which it places. Everything that leaves it (variables, checkpoints, the
+trained network) is the model's own parameter tree: keeping the parameters as one vector
+during the update is this module's internal detail.
 """
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ class TrainProgram:
                         parallel.wrap(self.layout.unpack, (REPLICATED,), REPLICATED))
         self._snapshot = parallel.wrap(self._copy_variables, (REPLICATED,), REPLICATED)
         # Population statistics: with batch norm pooled over the global batch (population.py).
-        self.population = (options.batch_normalization_statistics == "population"
+        self.recomputes_statistics = (options.batch_normalization_statistics == "population"
                            and bool(jax.tree.leaves(self._local_shapes.batch_stats)))
         self._population_model = _configure(model, self.dtype, AXIS)
 
@@ -108,10 +109,11 @@ class TrainProgram:
             stored = self.state_shapes.stored_variables()
             readers = [pool.submit(self._compile_reader, name, shapes) for name, shapes, due in (
                 ("_unpack", stored, self._unpack is not None and (
-                    validation_data is not None or self.population)),
+                    validation_data is not None or self.recomputes_statistics)),
                 ("_snapshot", stored, snapshots and validation_data is not None),
                 ("_to_tree", self.state_shapes, checkpoints)) if due]
-            passes = pool.submit(self._population_pass) if self.population else None
+            passes = (pool.submit(self._population_pass) if self.recomputes_statistics
+                      else None)
             validation = None
             if validation_data is not None:
                 abstract = self.forward.abstract(len(validation_data), self.input_shape)
