@@ -110,8 +110,9 @@ class TrainingOptions:
 
     def _check_validation_choices(self) -> None:
         metrics = (self.metrics,) if isinstance(self.metrics, str) else self.metrics
-        if not isinstance(metrics, (tuple, list)) or len(set(metrics)) != len(metrics) or any(
-                m not in METRICS for m in metrics):
+        if not isinstance(metrics, (tuple, list)) or any(
+                not isinstance(m, str) or m not in METRICS for m in metrics) or len(
+                set(metrics)) != len(metrics):
             raise ValueError(f"metrics={self.metrics!r} must be distinct names among "
                              f"{', '.join(METRICS)}")
         object.__setattr__(self, "metrics", tuple(metrics))
