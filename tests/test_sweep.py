@@ -6,6 +6,7 @@ per session). Every pool is torn down in a fixture that then checks no worker is
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import json
 import os
 import pathlib
@@ -24,7 +25,7 @@ import pytest
 import jaxflowers as jf
 import sweep_jobs
 from jaxflowers import sweep
-from jaxflowers.sweep import codec, devices
+from jaxflowers.sweep import codec, devices, objects
 from jaxflowers.sweep.local import LocalBackend
 
 pytestmark = pytest.mark.timeout(150)
@@ -178,9 +179,14 @@ def test_cancel_queued_and_running_jobs(make_pool):
     dropped = pool.submit(sweep_jobs.add, 2, 2)
     assert dropped.cancel() and dropped.cancelled() and not dropped.running()
     assert started.wait(120) and running.running()
+    waiter = threading.Thread(target=cf.wait, args=([running],),
+                              kwargs={"return_when": cf.FIRST_COMPLETED})
+    waiter.start()  # already waiting when the job is cancelled
     start = time.monotonic()
     assert running.cancel(), "a running job must be cancellable (MATLAB cancel(F))"
-    assert running.cancelled() and running.done()
+    assert running.cancelled() and running.done() and not running.running()
+    waiter.join(timeout=1.0)
+    assert not waiter.is_alive(), "cancel() must wake a concurrent.futures.wait on the job"
     with pytest.raises(cf.CancelledError):
         running.result(timeout=0)
     assert _gone_within([pids["pid"], pids["child"]], 2.0), "job and its child outlive cancel"
@@ -399,6 +405,34 @@ def test_jaxflowers_objects_travel_and_only_they_are_rebuilt(tmp_path):
     forged = codec.Tagged("dataclass", {"class": "subprocess:Popen", "fields": {}})
     with pytest.raises(ValueError, match="refusing"):
         codec.rebuild_tagged(forged)
+    with pytest.raises(ValueError, match="refusing"):
+        codec.rebuild_tagged(codec.Tagged("module", {"class": "nn.Dense", "fields": {}}))
+
+
+def test_the_travelling_classes_are_the_public_ones_and_only_they_travel():
+    """Classes are identified by the class objects: a moved or renamed class fails here
+    (its import), and a namesake or subclass of a travelling class is refused."""
+    public = {"TrainingOptions": jf.TrainingOptions, "Augmentation": jf.data.Augmentation,
+              "ImageSet": jf.data.ImageSet, "TrainedNet": jf.TrainedNet,
+              "TrainingInfo": jf.TrainingInfo}
+    assert set(objects.TAGS) == set(public)
+    for tag, cls in public.items():
+        assert objects.travelling_class(tag) is cls
+    info = jf.TrainingInfo(*(np.arange(3),) * 8, stop_reason="training loss is NaN")
+    net = jf.TrainedNet(jf.models.cifar_net(1, 10), {"params": {"w": np.ones(2)}}, ("a",),
+                        (np.zeros(3, np.float32), np.ones(3, np.float32)), (32, 32, 3))
+    for value in (info, net, jf.data.digits().subset(np.arange(5))):
+        arrays = {}
+        tree = codec.encode_tree(value, arrays, what="test")
+        back = codec.rebuild_tagged(codec.decode_tree(tree, arrays.__getitem__))
+        assert type(back) is type(value)
+    assert back.images.shape == (5, 32, 32, 3)
+    namesake = dataclasses.make_dataclass("TrainingInfo", [("loss", float)])
+    namesake.__module__ = "jaxflowers.old_info"  # where a stale copy might live
+    subclass = type("TrainingInfo", (jf.TrainingInfo,), {"__module__": "jaxflowers.info"})
+    for value in (namesake(1.0), subclass(*(np.arange(3),) * 8)):
+        with pytest.raises(TypeError, match="cannot travel"):
+            codec.encode_tree(value, {}, what="result")
 
 
 @pytest.mark.slow

@@ -1,30 +1,64 @@
 """jaxflowers objects that may cross the process boundary of a sweep, without pickle.
 
 ``TrainingOptions``, ``Augmentation`` and image sets (arguments), ``TrainedNet`` and
-``TrainingInfo`` (results) travel as their dataclass fields; the Flax modules of
-``jaxflowers.models`` as their class and fields. Only the classes listed here (and modules
-of ``jaxflowers.models``) are ever rebuilt, so a file cannot make a process import or call
-anything else. Encoding needs no import (the object exists already); rebuilding imports
-the class's module, which may import JAX: workers do it for arguments, and the caller's
-``Future.result()`` for results.
+``TrainingInfo`` (results) travel as their dataclass fields; the Flax modules that
+``jaxflowers.models`` exports travel as their class name and fields. The classes are
+named by importing them (:func:`travelling_class`), and an object travels only if its
+class *is* one of them, so moving or renaming a class breaks an import the tests run
+rather than silently refusing it. Only these classes are ever rebuilt, so a file cannot
+make a process import or call anything else. Encoding imports nothing new (the object's
+class is loaded already); rebuilding may import JAX: workers do it for arguments, the
+caller's ``Future.result()`` for results.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import sys
 from typing import Any
 
-DATACLASSES = frozenset({
-    "jaxflowers.options:TrainingOptions", "jaxflowers.data.augment:Augmentation",
-    "jaxflowers.data.imageset:ImageSet", "jaxflowers.net:TrainedNet",
-    "jaxflowers.info:TrainingInfo"})
-_IMAGE_SETS = frozenset({"jaxflowers.data.folder:ImageFolder"})  # loaded, then an ImageSet
-_MODELS = "jaxflowers.models."
+# Tags of the dataclasses that travel; ``travelling_class(tag).__name__ == tag``.
+TAGS = ("TrainingOptions", "Augmentation", "ImageSet", "TrainedNet", "TrainingInfo")
 
 
-def class_ref(cls: type) -> str:
-    """"module:qualname" of a class."""
-    return f"{cls.__module__}:{cls.__qualname__}"
+def travelling_class(tag: str) -> type:
+    """The class that travels as ``tag`` (one of ``TAGS``); imports its module.
+
+    Raises:
+      ValueError: for any other tag.
+    """
+    if tag == "TrainingOptions":
+        from jaxflowers.options import TrainingOptions as cls
+    elif tag == "Augmentation":
+        from jaxflowers.data.augment import Augmentation as cls
+    elif tag == "ImageSet":
+        from jaxflowers.data.imageset import ImageSet as cls
+    elif tag == "TrainedNet":
+        from jaxflowers.net import TrainedNet as cls
+    elif tag == "TrainingInfo":
+        from jaxflowers.info import TrainingInfo as cls
+    else:
+        raise ValueError(f"refusing to rebuild {tag!r}: not a jaxflowers class that may travel")
+    return cls
+
+
+def _travels(cls: type) -> str | None:
+    """``cls``'s tag when it is one of the travelling classes itself (no subclass, no
+    namesake), else None."""
+    tag = cls.__name__
+    return tag if tag in TAGS and travelling_class(tag) is cls else None
+
+
+def _model_class(name: str) -> type | None:
+    """The class ``jaxflowers.models`` exports as ``name``, or None."""
+    models = sys.modules.get("jaxflowers.models")
+    if models is None:
+        import jaxflowers.models as models
+    cls = getattr(models, name, None) if name in models.__all__ else None
+    return cls if isinstance(cls, type) else None
+
+
+def _is_model_class(cls: type) -> bool:
+    return cls.__module__.startswith("jaxflowers.models.") and _model_class(cls.__name__) is cls
 
 
 def encode(value: Any) -> tuple[str, Any] | None:
@@ -34,23 +68,28 @@ def encode(value: Any) -> tuple[str, Any] | None:
       TypeError: for ``TrainingOptions`` with an ``output_fn`` (a function cannot travel;
         a job's progress reaches the caller through ``report`` and ``after_each``).
     """
-    if isinstance(value, type) and class_ref(value).startswith(_MODELS):
-        return "class", {"class": class_ref(value)}  # e.g. ResNet's block_cls
-    ref = class_ref(type(value))
-    if ref in _IMAGE_SETS and hasattr(value, "load"):
-        value, ref = value.load(), "jaxflowers.data.imageset:ImageSet"
-    if ref in DATACLASSES:
-        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
-        if fields.get("output_fn") is not None:
-            raise TypeError("TrainingOptions.output_fn cannot travel to a worker; report "
-                            "progress with jaxflowers.sweep.report and DevicePool.after_each")
-        return "dataclass", {"class": ref, "fields": fields}
-    if ref.startswith(_MODELS) and dataclasses.is_dataclass(value):
-        return "module", {"class": ref, "fields": _module_fields(value)}
+    if isinstance(value, type) and _is_model_class(value):
+        return "class", {"class": value.__name__}  # e.g. ResNet's block_cls
     if _is_dtype(value):
         import numpy as np
 
         return "dtype", {"name": np.dtype(value).name}
+    cls = type(value)
+    if not cls.__module__.startswith("jaxflowers."):
+        return None
+    from jaxflowers.data.folder import ImageFolder  # imports no JAX
+
+    if cls is ImageFolder:
+        value, cls = value.load(), travelling_class("ImageSet")  # the images, not the folder
+    tag = _travels(cls)
+    if tag is not None:
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+        if fields.get("output_fn") is not None:
+            raise TypeError("TrainingOptions.output_fn cannot travel to a worker; report "
+                            "progress with jaxflowers.sweep.report and DevicePool.after_each")
+        return "dataclass", {"class": tag, "fields": fields}
+    if dataclasses.is_dataclass(value) and _is_model_class(cls):
+        return "module", {"class": cls.__name__, "fields": _module_fields(value)}
     return None
 
 
@@ -82,12 +121,10 @@ def rebuild(tag: str, value: dict) -> Any:
 
             return ml_dtypes.bfloat16
         return np.dtype(value["name"]).type
-    ref = value["class"]
-    allowed = ref in DATACLASSES if tag == "dataclass" else (
-        tag in ("module", "class") and ref.startswith(_MODELS))
-    if not allowed:
-        raise ValueError(f"refusing to rebuild {tag} {ref!r}: not a jaxflowers class that "
-                         "may travel")
-    module, _, name = ref.partition(":")
-    cls = getattr(importlib.import_module(module), name)
+    if tag == "dataclass":
+        return travelling_class(value["class"])(**value["fields"])
+    cls = _model_class(value["class"]) if tag in ("module", "class") else None
+    if cls is None:
+        raise ValueError(f"refusing to rebuild {tag} {value.get('class')!r}: not a jaxflowers "
+                         "class that may travel")
     return cls if tag == "class" else cls(**value["fields"])

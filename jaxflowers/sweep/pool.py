@@ -10,31 +10,17 @@ Nothing here imports JAX: the caller must not hold a GPU while its workers start
 from __future__ import annotations
 
 import collections
-import dataclasses
+import functools
 import os
 import threading
 from concurrent.futures import wait
 from typing import Any, Callable, Sequence
 
 from jaxflowers.sweep import codec, interrupts
-from jaxflowers.sweep.devices import Slot, make_slots
+from jaxflowers.sweep.backend import Backend, Job, JobEvents
+from jaxflowers.sweep.devices import make_slots
 from jaxflowers.sweep.events import EventDispatcher
 from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError
-
-@dataclasses.dataclass(eq=False)
-class Job:
-    """One submitted job as the pool and its backend see it."""
-
-    index: int
-    future: JobFuture
-    reference: dict            # codec.job_reference(fn)
-    staged: Any                # what the backend prepared at submit (files or bytes)
-    timeout: float | None
-    state: str = "queued"      # queued -> running -> done
-    stop_reason: str | None = None  # why the pool killed it: cancel | timeout | shutdown
-    slot: Slot | None = None
-    handle: Any = None         # the backend's process or task
-    timer: threading.Timer | None = None
 
 
 class DevicePool:
@@ -139,7 +125,8 @@ class DevicePool:
                 self._backend.discard(staged)
                 raise RuntimeError("cannot submit jobs to a DevicePool after shutdown")
             index = len(self._jobs)
-            job = Job(index, JobFuture(index, self._cancel), reference, staged, timeout)
+            future = JobFuture(index, stop_job=self._stop, job_running=self._is_running)
+            job = Job(index, future, reference, staged, timeout)
             self._jobs.append(job)
             self._queue.append(job)
             self._start_queued()
@@ -171,7 +158,7 @@ class DevicePool:
             for job in cancelled:
                 self._drop_queued(job)
         for job in cancelled:
-            job.future._cancel_queued()
+            job.future.cancel()  # at once, as the standard executors do
         if wait:
             self._wait_all()
         self._close_if_idle()
@@ -195,38 +182,41 @@ class DevicePool:
         """Start queued jobs while slots are free (call with the lock held)."""
         while self._queue and self._free and not self._closed:
             job, slot = self._queue.popleft(), self._free.popleft()
-            job.future.set_running_or_notify_cancel()
             job.state, job.slot = "running", slot
             self._running[job.index] = job
+            events = JobEvents(message=functools.partial(self._events.put, job.index),
+                               finished=functools.partial(self._job_ended, job))
             try:
-                self._backend.start(job, slot, self)
+                self._backend.start(job, slot, events)
             except Exception as error:  # noqa: BLE001 (the job fails, the pool goes on)
-                self._finished(job, error=JobError(job.index, f"could not start: {error}"))
+                self._job_ended(job, None, JobError(job.index, f"could not start: {error}"))
                 continue
             if job.timeout is not None:
                 job.timer = threading.Timer(job.timeout, self._time_out, (job,))
                 job.timer.daemon = True
                 job.timer.start()
 
-    def _cancel(self, future: JobFuture) -> bool:
-        job = self._jobs[future.job_index]
+    def _stop(self, job_index: int) -> bool:
+        """Stop a job for ``JobFuture.cancel``: drop it from the queue or kill it. Returns
+        whether its future should end cancelled (False once it ended by itself)."""
+        job = self._jobs[job_index]
         with self._lock:
             if job.state == "queued":
                 self._drop_queued(job)
-                queued = True
-            elif job.state == "running" and job.stop_reason in (None, "cancel"):
+            elif job.state == "running" and job.stop_reason is None:
                 job.stop_reason = "cancel"
                 self._backend.kill(job)
-                queued = False
-            else:
-                return future.cancelled()
-        return future._cancel_queued() if queued else future._cancel_running()
+            return job.stop_reason in ("cancel", "shutdown")
+
+    def _is_running(self, job_index: int) -> bool:
+        return self._jobs[job_index].state == "running"
 
     def _drop_queued(self, job: Job) -> None:
         """Take a job that never started out of the queue (call with the lock held)."""
         self._queue.remove(job)
-        job.state = "done"
-        self._events.put(job.index, {"state": "cancelled"})
+        job.state, job.stop_reason = "done", "cancel"
+        self._backend.discard(job.staged)
+        self._events.finish(job, None, None, cancelled=True)
 
     def _time_out(self, job: Job) -> None:
         with self._lock:
@@ -234,14 +224,8 @@ class DevicePool:
                 job.stop_reason = "timeout"
                 self._backend.kill(job)
 
-    # ------------------------------------------------------------------ backend events
-
-    def _deliver(self, job: Job, message: dict) -> None:
-        """A backend thread received ``message`` from ``job``."""
-        self._events.put(job.index, message)
-
-    def _finished(self, job: Job, value: Any = None, error: BaseException | None = None) -> None:
-        """A backend thread saw ``job`` end with ``value`` (decoded result) or ``error``."""
+    def _job_ended(self, job: Job, value: Any, error: BaseException | None) -> None:
+        """``JobEvents.finished`` of ``job``: free its slot, then complete its future."""
         with self._lock:
             if job.state == "done":
                 return
@@ -292,15 +276,13 @@ class DevicePool:
             for job in queued:
                 self._drop_queued(job)
             for job in running:
-                job.stop_reason = job.stop_reason or "shutdown"
+                job.stop_reason = "cancel" if job.stop_reason == "cancel" else "shutdown"
         finally:
             if locked:
                 self._lock.release()
-        for job in queued:
-            job.future._cancel_queued()
         self._backend.kill_all(running, grace)
-        for job in running:
-            job.future._cancel_running()
+        for job in running:  # at exit their backend threads may never run again
+            self._events.finish(job, None, None, cancelled=True)
         with self._lock:
             if self._closed:
                 return
@@ -310,7 +292,7 @@ class DevicePool:
         interrupts.unregister(self)
 
 
-def _make_backend(name: str, *, log_dir, address, memory_fraction):
+def _make_backend(name: str, *, log_dir, address, memory_fraction) -> Backend:
     if name == "local":
         if address is not None:
             raise ValueError("address= is for backend='ray'; the local backend has none")

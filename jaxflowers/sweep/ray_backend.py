@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 from jaxflowers.sweep import devices
+from jaxflowers.sweep.backend import Job, JobEvents
 from jaxflowers.sweep.futures import JobError
 from jaxflowers.sweep.process import PACKAGE_ROOT, WorkerProcess, outcome, to_result, write_spec
 
@@ -81,15 +82,15 @@ class RayBackend:
     def discard(self, staged) -> None:
         """Nothing to clean: a staged Ray job is only bytes."""
 
-    def start(self, job, slot: devices.Slot, pool) -> None:
-        """Submit ``job``'s task; a thread forwards its messages and its end to ``pool``."""
+    def start(self, job: Job, slot: devices.Slot, events: JobEvents) -> None:
+        """Submit ``job``'s task; a thread forwards its messages and its end to ``events``."""
         gpu = slot.gpu is not None
         share = 1.0 / slot.jobs_per_device
         resources = {"num_gpus": share, "num_cpus": 0} if gpu else {"num_cpus": share}
         settings = {"job_index": job.index, "gpu": gpu, "jobs_per_device": slot.jobs_per_device,
                     "memory_fraction": self._memory_fraction, "log_dir": str(self.log_dir)}
         job.handle = self._task.options(**resources).remote(*job.staged, settings)
-        threading.Thread(target=self._watch, args=(job, pool), daemon=True,
+        threading.Thread(target=self._watch, args=(job, events), daemon=True,
                          name=f"sweep-job-{job.index}-ray").start()
 
     def kill(self, job, grace: float = 1.0) -> None:
@@ -126,13 +127,13 @@ class RayBackend:
         """Remove the local scratch folder (and the logs, unless in a given log_dir)."""
         shutil.rmtree(self._scratch, ignore_errors=True)
 
-    def _watch(self, job, pool) -> None:
+    def _watch(self, job: Job, events: JobEvents) -> None:
         done = None
         try:
             for ref in job.handle:
                 kind, payload = self._ray.get(ref)
                 if kind == "message":
-                    pool._deliver(job, payload)
+                    events.message(payload)
                 else:
                     done = payload
             value, error = to_result(job.index, done) if done else \
@@ -140,7 +141,7 @@ class RayBackend:
         except Exception as failure:  # noqa: BLE001 (cancelled, node lost, ...)
             value, error = None, JobError(
                 job.index, f"failed in Ray: {type(failure).__name__}: {failure}")
-        pool._finished(job, value, error)
+        events.finished(value, error)
 
 
 def _run_job(spec_json: str, npz: bytes, settings: dict):
