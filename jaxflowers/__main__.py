@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from jaxflowers.sweep import cli as sweep_cli  # imports no JAX
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m jaxflowers", description=__doc__,
@@ -28,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--strategy", choices=("shard_map", "pmap"), default="shard_map")
     train.add_argument("--quiet", action="store_true", help="no progress table")
     _distributed_arguments(train)
-    _sweep_parser(commands)
+    sweep_cli.add_parser(commands)
     download = commands.add_parser("download", help="download a data set")
     download.add_argument("name", choices=("flowers",))
     download.add_argument("dest")
@@ -47,51 +49,6 @@ def _distributed_arguments(train) -> None:
                        help="address of process 0, reachable from every host")
     group.add_argument("--num-processes", type=int, metavar="N", help="processes in all")
     group.add_argument("--process-id", type=int, metavar="I", help="this process, 0..N-1")
-
-
-def _sweep_parser(commands) -> None:
-    sweep = commands.add_parser(
-        "sweep", help="train cifar_net of several depths side by side (MATLAB's parfeval "
-                      "example), test the best")
-    sweep.add_argument("--depths", type=int, nargs="+", default=[1, 2, 3, 4])
-    sweep.add_argument("--data", default="cifar10",
-                       help="cifar10 (TFDS, prepared; default), digits (embedded, offline), or "
-                            "a folder of class folders (or of train/ and test/)")
-    sweep.add_argument("--epochs", type=int, default=30)
-    sweep.add_argument("--devices", default="all", help="all (default) or a number of GPUs "
-                                                         "(CPU slots without GPUs)")
-    sweep.add_argument("--jobs-per-device", type=int, default=1)
-    sweep.add_argument("--out", default=".", help="folder for the PNGs and job logs")
-    sweep.add_argument("--seed", type=int, default=0)
-    sweep.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
-                       help="set a TrainingOptions field in every job (JSON value), "
-                            "e.g. --option steps_per_dispatch=1")
-
-
-def _sweep(args) -> int:
-    import json
-
-    from jaxflowers.sweep.example import DataUnavailableError, run_sweep  # imports no JAX
-
-    overrides = {}
-    for item in args.option:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--option {item!r}: use NAME=VALUE")
-        try:
-            overrides[name] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[name] = value  # a bare string such as sgdm
-    devices = int(args.devices) if args.devices.isdigit() else args.devices
-    try:
-        result = run_sweep(args.depths, data=args.data, epochs=args.epochs, devices=devices,
-                           jobs_per_device=args.jobs_per_device, out_dir=args.out,
-                           seed=args.seed, options_overrides=overrides)
-    except DataUnavailableError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"Wall time: {result.wall_time:.1f} s")
-    return 0 if result.best_depth is not None else 1
 
 
 def _join_processes(args) -> None:
@@ -154,7 +111,7 @@ def main(argv=None) -> int:
     if args.command == "train":
         return _train(args)
     if args.command == "sweep":
-        return _sweep(args)
+        return sweep_cli.run(args)
     if args.command == "download":
         from jaxflowers.data import download_flowers
         print(download_flowers(args.dest))

@@ -297,17 +297,6 @@ def test_report_outside_a_pool_does_nothing():
     assert sweep_jobs.add(1, 2) == 3
 
 
-PHYSICAL = [("0", "GPU-aaaa-1111"), ("1", "GPU-bbbb-2222")]
-
-
-@pytest.mark.parametrize("mask, expected", [
-    (None, ["0", "1"]), ("1", ["1"]), ("GPU-bbbb", ["GPU-bbbb"]), ("", []), ("-1", []),
-    ("0,7,1", ["0"])])
-def test_visible_gpus_follow_cuda_visible_devices(mask, expected):
-    environ = {} if mask is None else {"CUDA_VISIBLE_DEVICES": mask}
-    assert devices.visible_gpus(environ, PHYSICAL) == expected
-
-
 def test_make_slots():
     assert [s.gpu for s in devices.make_slots("all", 2, ["0", "1"])] == ["0", "0", "1", "1"]
     assert [s.gpu for s in devices.make_slots(3, 1, [])] == [None] * 3

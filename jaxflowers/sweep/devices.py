@@ -1,19 +1,16 @@
 """Which GPUs a sweep may use and the environment each job slot runs under.
 
 Counting GPUs must not import JAX: the parent of a sweep spawns workers that each own a
-GPU, and a parent that initialised a GPU backend would hold memory on all of them. So the
-GPUs are read from ``nvidia-smi -L`` and filtered by ``CUDA_VISIBLE_DEVICES``.
+GPU, and a parent that initialised a GPU backend would hold memory on all of them
+(``jaxflowers.gpus`` reads them from ``nvidia-smi`` and ``CUDA_VISIBLE_DEVICES``).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
-import shutil
-import subprocess
 from typing import Mapping, Sequence
 
-_GPU_LINE = re.compile(r"^GPU (\d+):.*\(UUID: (\S+)\)")
+from jaxflowers import gpus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,42 +22,22 @@ class Slot:
     jobs_per_device: int = 1
 
 
-def physical_gpus() -> list[tuple[str, str]]:
-    """(index, UUID) of every GPU ``nvidia-smi -L`` lists; [] without a driver or a GPU."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [m.groups() for m in map(_GPU_LINE.match, out.stdout.splitlines()) if m]
-
-
 def visible_gpus(environ: Mapping[str, str] | None = None,
                  physical: Sequence[tuple[str, str]] | None = None) -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES tokens (indices or UUIDs).
 
     Args:
       environ: the environment to read ``CUDA_VISIBLE_DEVICES`` from (default ``os.environ``).
-      physical: (index, UUID) pairs (default: ``physical_gpus()``).
+      physical: (index, UUID) pairs (default: ``gpus.physical_gpus()``).
 
     Returns:
-      Tokens in CUDA order: every physical index when ``CUDA_VISIBLE_DEVICES`` is unset,
-      otherwise its entries up to the first one naming no GPU (as CUDA itself stops there).
+      Tokens in CUDA order (see ``gpus.visible_gpus``): every physical index when
+      ``CUDA_VISIBLE_DEVICES`` is unset, else its entries up to the first naming no GPU.
     """
     environ = os.environ if environ is None else environ
-    physical = physical_gpus() if physical is None else list(physical)
-    mask = environ.get("CUDA_VISIBLE_DEVICES")
-    if mask is None:
-        return [index for index, _ in physical]
-    tokens = []
-    for token in (t.strip() for t in mask.split(",")):
-        if not any(token == index or (token.startswith("GPU-") and uuid.startswith(token))
-                   for index, uuid in physical):
-            break
-        tokens.append(token)
-    return tokens
+    physical = gpus.physical_gpus() if physical is None else list(physical)
+    return [token for token, _ in gpus.visible_gpus(environ.get("CUDA_VISIBLE_DEVICES"),
+                                                    physical)]
 
 
 def default_cpu_slots(cpu_count: int | None = None) -> int:

@@ -32,7 +32,8 @@ import numpy as np
 from jaxflowers.sweep import devices
 from jaxflowers.sweep.backend import Job, JobEvents
 from jaxflowers.sweep.futures import JobError
-from jaxflowers.sweep.process import PACKAGE_ROOT, WorkerProcess, outcome, to_result, write_spec
+from jaxflowers.launch import package_path
+from jaxflowers.sweep.process import WorkerProcess, outcome, to_result, write_spec
 
 
 def _import_ray():
@@ -63,7 +64,7 @@ class RayBackend:
         self._memory_fraction = memory_fraction
         # Ray imports this module on its workers; from a source checkout it is not on their
         # path unless we say where it is (harmless where jaxflowers is installed).
-        path = os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
+        path = package_path(os.environ.get("PYTHONPATH"))
         self._task = ray.remote(num_returns="streaming", max_retries=0,
                                 runtime_env={"env_vars": {"PYTHONPATH": path}})(_run_job)
 
