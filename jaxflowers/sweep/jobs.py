@@ -6,6 +6,7 @@ this module (as ``jaxflowers.sweep`` does) must not import JAX in the caller.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Mapping, Sequence
 
@@ -39,7 +40,9 @@ def train_job(*, data, model, options, seed: int | None = None):
 
     Every ``output_fn`` message of ``train`` ({"state", "iteration", "epoch", "loss",
     "accuracy", "learn_rate"}, plus "validation_loss"/"validation_accuracy" after a
-    validation) is forwarded with ``report``, so ``DevicePool.after_each`` sees it.
+    validation) is forwarded with ``report``, so ``DevicePool.after_each`` sees it. A run
+    that diverged (``info.diverged``) still returns ``(net, info)`` (the last finite
+    network), after a last message ``{"state": "failed", "error": info.stop_reason}``.
 
     Compiled programs are shared through the persistent compilation cache
     (``enable_compilation_cache``), so a job that repeats an earlier job's network and
@@ -52,7 +55,10 @@ def train_job(*, data, model, options, seed: int | None = None):
 
     train_set, validation_set = load_data(data)
     module = build_model(model, num_classes=len(train_set.class_names))
-    return train(train_set, module, _options(options, seed, validation_set))
+    net, info = train(train_set, module, _options(options, seed, validation_set))
+    if info.diverged:
+        report({"state": "failed", "error": info.stop_reason})
+    return net, info
 
 
 def _forward(message: dict) -> bool:
@@ -61,27 +67,45 @@ def _forward(message: dict) -> bool:
     return False
 
 
-def _options(options, seed: int | None, validation_set):
+def training_options(options) -> Any:
+    """``TrainingOptions`` from a job's ``options``: a dict of fields (``augmentation`` may
+    be a dict of ``Augmentation`` fields) or ``TrainingOptions``. Imports no JAX, so a
+    caller can check options before any worker starts.
+
+    Raises:
+      ValueError: naming the option that is unknown or whose value is not allowed.
+      TypeError: ``options`` is neither a dict nor ``TrainingOptions``.
+    """
+    from jaxflowers.data.augment import Augmentation
     from jaxflowers.options import TrainingOptions
 
     if isinstance(options, TrainingOptions):
-        fields = {name: getattr(options, name) for name in options.__dataclass_fields__}
-    elif isinstance(options, Mapping):
-        fields = dict(options)
-    else:
+        return options
+    if not isinstance(options, Mapping):
         raise TypeError(f"options must be a dict of TrainingOptions fields or a "
                         f"TrainingOptions, not {type(options).__name__}")
+    fields = dict(options)
+    known = [f.name for f in dataclasses.fields(TrainingOptions)]
+    unknown = [name for name in fields if name not in known]
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r}: TrainingOptions has no such field "
+                         f"(its fields: {', '.join(known)})")
     if isinstance(fields.get("augmentation"), Mapping):
-        from jaxflowers.data import Augmentation
-
-        fields["augmentation"] = Augmentation(**fields["augmentation"])
-    if seed is not None:
-        fields["seed"] = seed
-    if validation_set is not None:
-        fields["validation_data"] = validation_set
-    fields["output_fn"] = _forward
-    fields["plots"] = "none"  # a worker has no screen: plots.sweep_progress(pool) draws
+        try:
+            fields["augmentation"] = Augmentation(**fields["augmentation"])
+        except TypeError as error:
+            raise ValueError(f"augmentation={fields['augmentation']!r}: {error}") from None
     return TrainingOptions(**fields)
+
+
+def _options(options, seed: int | None, validation_set):
+    options = training_options(options)
+    changes = {"output_fn": _forward, "plots": "none"}  # plots.sweep_progress(pool) draws
+    if seed is not None:
+        changes["seed"] = seed
+    if validation_set is not None:
+        changes["validation_data"] = validation_set
+    return options.replace(**changes)
 
 
 def load_data(spec) -> tuple[Any, Any]:
