@@ -52,6 +52,9 @@ class Backend(Protocol):
     def gpus(self) -> list[str]:
         """One entry per GPU jobs may use (CUDA_VISIBLE_DEVICES tokens locally)."""
 
+    def cpu_slots(self) -> int:
+        """How many jobs ``devices="all"`` runs at once where there is no GPU."""
+
     def prepare(self, reference: dict, arguments: Any, arrays: dict) -> Any:
         """Stage a job at submit time (encoded arguments and arrays); returns ``Job.staged``."""
 

@@ -46,15 +46,16 @@ def default_cpu_slots(cpu_count: int | None = None) -> int:
 
 
 def make_slots(devices: str | int | Sequence[int | str], jobs_per_device: int,
-               gpus: Sequence[str]) -> list[Slot]:
+               gpus: Sequence[str], cpu_slots: int | None = None) -> list[Slot]:
     """The job slots of a pool.
 
     Args:
-      devices: "all" (every GPU in ``gpus``, or ``default_cpu_slots()`` CPU slots when there
-        is none), an int n (the first n GPUs; n CPU slots without GPUs), or a list of GPU
+      devices: "all" (every GPU in ``gpus``, or ``cpu_slots`` CPU slots when there is
+        none), an int n (the first n GPUs; n CPU slots without GPUs), or a list of GPU
         indices/UUIDs.
       jobs_per_device: jobs packed on each GPU (or run per CPU slot), >= 1.
       gpus: the visible GPUs (``visible_gpus()``).
+      cpu_slots: CPU slots for "all" without GPUs (default ``default_cpu_slots()``).
 
     Returns:
       ``len(devices) * jobs_per_device`` slots, GPU-major so packed jobs share a GPU.
@@ -62,16 +63,16 @@ def make_slots(devices: str | int | Sequence[int | str], jobs_per_device: int,
     if isinstance(jobs_per_device, bool) or not isinstance(jobs_per_device, int) \
             or jobs_per_device < 1:
         raise ValueError(f"jobs_per_device={jobs_per_device!r} must be a positive integer")
-    chosen = _choose_devices(devices, list(gpus))
+    chosen = _choose_devices(devices, list(gpus), cpu_slots or default_cpu_slots())
     return [Slot(i * jobs_per_device + j, gpu, jobs_per_device)
             for i, gpu in enumerate(chosen) for j in range(jobs_per_device)]
 
 
-def _choose_devices(devices, gpus: list[str]) -> list[str | None]:
+def _choose_devices(devices, gpus: list[str], cpu_slots: int) -> list[str | None]:
     if isinstance(devices, str):
         if devices != "all":
             raise ValueError(f'devices={devices!r}: use "all", a count or a list of GPU ids')
-        return list(gpus) or [None] * default_cpu_slots()
+        return list(gpus) or [None] * cpu_slots
     if isinstance(devices, int) and not isinstance(devices, bool):
         if devices < 1:
             raise ValueError(f"devices={devices} must be at least 1")

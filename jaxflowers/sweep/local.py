@@ -32,6 +32,10 @@ class LocalBackend:
         """The visible GPUs (``devices.visible_gpus``), counted without JAX."""
         return devices.visible_gpus()
 
+    def cpu_slots(self) -> int:
+        """CPU job slots without a GPU (``devices.default_cpu_slots``)."""
+        return devices.default_cpu_slots()
+
     def prepare(self, reference: dict, arguments, arrays: dict) -> pathlib.Path:
         """Write a job's folder at submit time; returns it."""
         folder = pathlib.Path(tempfile.mkdtemp(prefix="job-", dir=self._scratch))

@@ -32,7 +32,8 @@ class DevicePool:
       devices: "all" (every visible GPU, counted without importing JAX; without a GPU,
         ``max(2, cpu_count // 8)`` CPU slots), an int n (the first n GPUs, or n CPU slots
         without GPUs), or a list of GPU indices/UUIDs. On Ray, GPUs are the cluster's and
-        only their number matters (Ray places the tasks).
+        only their number matters (Ray places the tasks); a cluster without GPUs has one
+        CPU slot per 8 cores of each node (at least one per node).
       jobs_per_device: jobs packed on each GPU; each then gets ``0.9 / jobs_per_device``
         of its memory (see ``memory_fraction``) and no preallocation.
       backend: "local" (subprocesses on this machine) or "ray" (tasks on a Ray cluster;
@@ -40,7 +41,9 @@ class DevicePool:
       log_dir: folder for the per-job logs ``job-0000.log``...; None keeps them in a
         temporary folder removed at shutdown.
       memory_fraction: GPU memory fraction per job (``XLA_PYTHON_CLIENT_MEM_FRACTION``).
-      address: the Ray cluster to join (``ray.init(address=...)``); Ray backend only.
+      address: the Ray cluster to join ("HOST:PORT", "ray://HOST:10001" or "auto");
+        default ``$RAY_ADDRESS``; with neither, a local Ray is started. Ray backend only;
+        it prints one line saying which cluster it joined.
     """
 
     def __init__(self, devices: str | int | Sequence[int | str] = "all", jobs_per_device: int = 1,
@@ -51,7 +54,8 @@ class DevicePool:
         self._backend = _make_backend(backend, log_dir=log_dir, address=address,
                                       memory_fraction=memory_fraction)
         try:
-            self._slots = make_slots(devices, jobs_per_device, self._backend.gpus())
+            self._slots = make_slots(devices, jobs_per_device, self._backend.gpus(),
+                                     self._backend.cpu_slots())
         except BaseException:
             self._backend.close()
             raise
