@@ -4,7 +4,6 @@ next to a ``ray start --head`` cluster: ``python ray_cluster_driver.py ADDRESS``
 Prints one JSON line of facts for the test to check; exits non-zero on a failed check.
 """
 import json
-import os
 import sys
 import threading
 import time
