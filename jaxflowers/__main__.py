@@ -49,14 +49,22 @@ def _distributed_arguments(train) -> None:
                        help="address of process 0, reachable from every host")
     group.add_argument("--num-processes", type=int, metavar="N", help="processes in all")
     group.add_argument("--process-id", type=int, metavar="I", help="this process, 0..N-1")
+    group.add_argument("--init-timeout", type=float, default=120.0, metavar="SECONDS",
+                       help="how long every process waits for all the others to join "
+                            "(default: 120 s); then the missing ones are named")
 
 
 def _join_processes(args) -> None:
     """Start jax.distributed when asked to; first, before anything starts JAX's backends."""
     if args.distributed or any(v is not None for v in (args.coordinator, args.num_processes,
                                                        args.process_id)):
-        from jaxflowers import parallel
-        parallel.initialize(args.coordinator, args.num_processes, args.process_id)
+        from jaxflowers import distributed
+        try:
+            distributed.initialize(args.coordinator, args.num_processes, args.process_id,
+                                   initialization_timeout=args.init_timeout)
+        except (ValueError, distributed.DistributedError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
 
 
 def _train(args) -> int:
