@@ -93,3 +93,11 @@ def node_module():
     import node_only
 
     return node_only.VALUE, os.environ.get("PYTHONPATH", "")
+
+
+def report_states(*states: str):
+    """Report one message per state, then one of the job's own without a state."""
+    for state in states:
+        report({"state": state, "iteration": 1})
+    report({"mine": True})
+    return len(states)

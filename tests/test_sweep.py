@@ -276,6 +276,24 @@ def test_submit_rejects_what_cannot_travel(tmp_path):
         sweep.DevicePool(1, backend="mpi")
 
 
+def test_after_each_can_keep_only_some_states(tmp_path):
+    with sweep.DevicePool(1, log_dir=tmp_path) as pool:
+        kept, everything = [], []
+        pool.after_each(lambda job, message: everything.append(message))
+
+        @pool.after_each(states=("validation", "done", "failed"))
+        def lines(job, message):
+            kept.append((job, message["state"]))
+
+        with pytest.raises(ValueError, match=r"\['epoch'\] are not message states"):
+            pool.after_each(print, states=("epoch", "done"))
+        futures = [pool.submit(sweep_jobs.report_states, "start", "iteration", "iteration",
+                               "validation", "done"), pool.submit(sweep_jobs.fail, "raise")]
+        cf.wait(futures, timeout=120)
+    assert kept == [(0, "validation"), (0, "done"), (1, "failed")]
+    assert len(everything) == 7 and {"mine": True} in everything
+
+
 def test_gpu_slots_pack_jobs_with_a_memory_fraction(monkeypatch, tmp_path):
     cpu_pool = sweep.DevicePool(1, log_dir=tmp_path / "cpu")
     monkeypatch.setattr(LocalBackend, "gpus", lambda self: ["0", "1"])  # no GPU here

@@ -23,6 +23,24 @@ from jaxflowers.sweep.events import EventDispatcher
 from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError
 
 
+# The "state" of the messages train_job sends (train's output_fn) and the pool adds.
+MESSAGE_STATES = ("start", "iteration", "validation", "done", "failed", "cancelled")
+
+
+class _OnlyStates:
+    """An ``after_each`` callback that sees only messages of some states."""
+
+    def __init__(self, callback: Callable[[int, dict], Any], states: frozenset[str]):
+        self.callback, self.states = callback, states
+
+    def __call__(self, job_index: int, message: dict) -> None:
+        if message.get("state") in self.states:
+            self.callback(job_index, message)
+
+    def __repr__(self) -> str:
+        return f"{self.callback!r} (states {sorted(self.states)})"
+
+
 class DevicePool:
     """A pool of job slots: ``jobs_per_device`` per GPU, or CPU slots without a GPU.
 
@@ -136,7 +154,8 @@ class DevicePool:
             self._start_queued()
         return job.future
 
-    def after_each(self, callback: Callable[[int, dict], Any]) -> Callable[[int, dict], Any]:
+    def after_each(self, callback: Callable[[int, dict], Any] | None = None, *,
+                   states: Sequence[str] | None = None):
         """Call ``callback(job_index, message)`` for every ``report(message)`` of every job.
 
         MATLAB: ``afterEach(queue, fcn)``. Callbacks run on one pool thread of the caller's
@@ -144,9 +163,25 @@ class DevicePool:
         completes. Messages sent before the first callback is registered are kept and
         delivered to it. For a job that fails or is cancelled the pool adds a last message
         ``{"state": "failed", "error": str}`` or ``{"state": "cancelled"}``, as
-        ``plots.sweep_progress`` expects. Usable as a decorator; returns ``callback``.
+        ``plots.sweep_progress`` expects. Usable as a decorator (``@pool.after_each`` or
+        ``@pool.after_each(states=...)``); returns ``callback``.
+
+        Args:
+          callback: the function to call.
+          states: only messages whose "state" is one of these (``MESSAGE_STATES``:
+            "start", "iteration", "validation", "done", "failed", "cancelled"); None: all.
+            ``states=("validation", "done", "failed", "cancelled")`` gives a line per
+            validation and job end instead of one per iteration.
         """
-        self._events.add_callback(callback)
+        if callback is None:
+            return functools.partial(self.after_each, states=states)
+        if states is not None:
+            states = frozenset([states] if isinstance(states, str) else states)
+            unknown = sorted(states - set(MESSAGE_STATES))
+            if unknown:
+                raise ValueError(f"after_each(states=...): {unknown} are not message states; "
+                                 f"use some of {', '.join(MESSAGE_STATES)}")
+        self._events.add_callback(callback if states is None else _OnlyStates(callback, states))
         return callback
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
