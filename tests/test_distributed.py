@@ -167,11 +167,13 @@ def _cli(args: list[str], tmp_path, **popen):
 
 
 def test_processes_that_never_join_are_named_within_the_timeout(tmp_path):
-    """Processes 0 and 1 of 3 start, process 2 never does: both say so in one line."""
+    """Processes 0 and 1 of 3 start, process 2 never does: both say so in one line. (The
+    timeout leaves room for process 1 to import JAX on a loaded machine before process 0
+    gives up.)"""
     address = f"127.0.0.1:{_free_port()}"
     start = time.monotonic()
     procs = [_cli(["--coordinator", address, "--num-processes", "3", "--process-id", str(i),
-                   "--init-timeout", "4"], tmp_path) for i in (0, 1)]
+                   "--init-timeout", "10"], tmp_path) for i in (0, 1)]
     try:
         outputs = [proc.communicate(timeout=60) for proc in procs]
     finally:
@@ -179,11 +181,11 @@ def test_processes_that_never_join_are_named_within_the_timeout(tmp_path):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
     waited = time.monotonic() - start
-    line = (f"error: process 2 of 3 never joined the coordinator at {address} within 4 s; "
+    line = (f"error: process 2 of 3 never joined the coordinator at {address} within 10 s; "
             "start every process with the same command and its own id")
     for proc, (out, err) in zip(procs, outputs):
         assert proc.returncode == 2 and err.strip().splitlines() == [line], err[-3000:]
-    assert waited < 30
+    assert waited < 45
 
 
 @pytest.mark.parametrize("args, message", [

@@ -9,8 +9,7 @@ caches. Nothing here imports JAX.
 from __future__ import annotations
 
 import os
-import time
-from typing import Any, Mapping, TextIO
+from typing import Any, Mapping
 
 from jaxflowers.sweep.jobs import load_data
 
@@ -143,15 +142,3 @@ def prepare_data(plan: Mapping) -> list:
                                            ) from error
             folders.append(folder)
     return folders
-
-
-def _prepare(plan: Mapping, stream: TextIO) -> None:
-    """:func:`prepare_data`, and one line saying how long it took."""
-    start = time.perf_counter()
-    folders = prepare_data(plan)
-    what = (f"{sum(map(len, folders)):,} images in {len(folders)} resize cache(s)" if folders
-            else "nothing to decode")
-    print(f"Prepared the data in {time.perf_counter() - start:.1f} s ({what})", file=stream,
-          flush=True)
-
-
