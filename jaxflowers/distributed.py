@@ -155,8 +155,11 @@ def _quiet_gloo() -> None:
     if os.environ.get(GLOO_OUTPUT_ENV) == "show" or gpus.physical_gpus():
         return
     sys.stdout.flush()
+    try:
+        stdout = os.dup(1)
+    except OSError:  # no standard output to filter
+        return
     read_end, write_end = os.pipe()
-    stdout = os.dup(1)
     try:
         launch.start_module("jaxflowers.distributed", stdin=read_end, stdout=stdout,
                             stderr=subprocess.DEVNULL, start_new_session=True)
