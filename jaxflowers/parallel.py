@@ -1,9 +1,10 @@
-"""Device meshes and the one place per-device functions are wrapped.
+"""Device meshes and the wrapping of per-device functions.
 
 A per-device function knows only the axis name ``"data"``. :class:`DataParallel` runs it on
 every device of a 1-D mesh through ``jax.shard_map`` (default) or ``jax.pmap``, and moves
 arrays into the layout each strategy expects. Nothing else in the package builds a mesh or
-calls ``shard_map``/``pmap``.
+calls ``shard_map``/``pmap``; the programs that use it are ``program.TrainProgram``'s and
+``forward.ForwardPass``'s.
 
 Several processes (hosts). After ``jaxflowers.distributed.initialize`` (``jax.distributed``;
 ``parallel.initialize`` is the same function), the mesh spans
@@ -38,10 +39,10 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxflowers import distributed
+from jaxflowers.execution import STRATEGIES
 from jaxflowers.xla_options import compiler_options
 
 AXIS = "data"
-STRATEGIES = ("shard_map", "pmap")
 REPLICATED = P()
 # Multi-process start-up lives in jaxflowers.distributed; its names stay importable here.
 initialize = distributed.initialize

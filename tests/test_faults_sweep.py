@@ -60,6 +60,9 @@ REFUSED = [  # arguments -> what the one error line must say; nothing may start
     (["--option", "bogus=1"], "error: --option: unknown option 'bogus'"),
     (["--option", "mini_batch_size=0"], "error: --option: mini_batch_size=0 must be an integer"),
     (["--option", "solver=lbfgs"], "error: --option: solver='lbfgs' is not allowed"),
+    (["--option", "steps_per_dispatch=0"],  # an ExecutionOptions field, checked as such
+     "error: --option: steps_per_dispatch=0 must be an integer >= 1"),
+    (["--option", "strategy=bogus"], "error: --option: strategy='bogus' is not allowed"),
     (["--option", 'augmentation={"flip": true}'], "error: --option: augmentation={'flip': "),
     (["--option", "steps_per_dispatch"], "error: --option: --option 'steps_per_dispatch': use "
                                          "NAME=VALUE"),

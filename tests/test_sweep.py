@@ -419,7 +419,8 @@ def test_jaxflowers_objects_travel_and_only_they_are_rebuilt(tmp_path):
 def test_the_travelling_classes_are_the_public_ones_and_only_they_travel():
     """Classes are identified by the class objects: a moved or renamed class fails here
     (its import), and a namesake or subclass of a travelling class is refused."""
-    public = {"TrainingOptions": jf.TrainingOptions, "Augmentation": jf.data.Augmentation,
+    public = {"TrainingOptions": jf.TrainingOptions, "ExecutionOptions": jf.ExecutionOptions,
+              "Augmentation": jf.data.Augmentation,
               "ImageSet": jf.data.ImageSet, "TrainedNet": jf.TrainedNet,
               "TrainingInfo": jf.TrainingInfo}
     assert set(objects.TAGS) == set(public)

@@ -33,8 +33,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
     sweep.add_argument("--seed", type=int, default=0,
                        help="data splits, initialisation, shuffling (default: 0)")
     sweep.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
-                       help="set a TrainingOptions field in every job (JSON value), "
-                            "e.g. --option steps_per_dispatch=1; repeatable")
+                       help="set a TrainingOptions (or ExecutionOptions) field in every job "
+                            "(JSON value), e.g. --option steps_per_dispatch=1; repeatable")
     return sweep
 
 
@@ -67,13 +67,13 @@ def run(args: argparse.Namespace) -> int:
     """Run the sweep the parsed ``args`` describe; returns the exit status (0: a best
     network was found, 1: every job failed, 2: bad input, 130: interrupted)."""
     from jaxflowers.sweep.example import run_sweep  # imports no JAX
-    from jaxflowers.sweep.jobs import training_options
+    from jaxflowers.sweep.jobs import job_options
     from jaxflowers.sweep.plan import DataUnavailableError
 
     devices = int(args.devices) if args.devices.isdigit() else args.devices
     try:
         overrides = parse_options(args.option)
-        training_options(overrides)  # before any worker starts
+        job_options(overrides)  # before any worker starts
     except (ValueError, TypeError) as error:
         return _error(f"--option: {error}")
     try:

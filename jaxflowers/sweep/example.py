@@ -21,7 +21,7 @@ import time
 from typing import Any, Mapping, Sequence, TextIO
 
 from jaxflowers.sweep import results
-from jaxflowers.sweep.jobs import load_data, train_job, training_options
+from jaxflowers.sweep.jobs import load_data, train_job, job_options
 from jaxflowers.sweep.plan import data_plan, describe, load_sets, prepare_data
 from jaxflowers.sweep.pool import DevicePool
 from jaxflowers.sweep.results import JobOutcome, ProgressTable
@@ -113,8 +113,8 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
         ``sweep_progress.png`` and ``sweep-logs/`` go.
       seed: data splits, initialisation, shuffling and augmentation.
       stream: where the table and results are printed (default ``sys.stdout``).
-      options_overrides: ``TrainingOptions`` fields to change in every job, e.g.
-        ``{"steps_per_dispatch": 1}``; checked here before any job starts.
+      options_overrides: ``TrainingOptions`` (or ``ExecutionOptions``) fields to change in
+        every job, e.g. ``{"steps_per_dispatch": 1}``; checked here before any job starts.
 
     Returns:
       A :class:`SweepResult`. Failed, diverged or cancelled jobs are reported and never
@@ -133,7 +133,7 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
         raise ValueError(f"run_sweep(depths={depths}, epochs={epochs}): need at least one "
                          "depth, every depth and epochs >= 1")
     overrides = dict(options_overrides or {})
-    training_options(overrides)  # a bad option fails here, not in every worker
+    job_options(overrides)  # a bad option fails here, not in every worker
     plan = data_plan(data, seed=seed)
     out = _output_folder(out_dir)
     print(f"Data: {describe(plan)}", file=stream)

@@ -15,7 +15,7 @@ from jaxflowers.sweep.channel import report
 MODELS = ("cifar_net", "resnet18", "resnet34", "resnet50", "resnet101")
 
 
-def train_job(*, data, model, options, seed: int | None = None):
+def train_job(*, data, model, options, execution=None, seed: int | None = None):
     """Train one network in a sweep job and stream its progress to the pool.
 
     MATLAB: the function handed to ``parfeval`` in "Train Deep Learning Networks in
@@ -28,9 +28,13 @@ def train_job(*, data, model, options, seed: int | None = None):
         of each label held out of the training set.
       model: ``(name, kwargs)``, e.g. ``("cifar_net", {"depth": 2})`` or
         ``("resnet50", {"num_classes": 5})``; ``num_classes`` defaults to the data's.
-      options: a dict of ``TrainingOptions`` fields (JSON-able), or a ``TrainingOptions``
-        without ``output_fn``. Validation data, if any, comes from ``data``; ``plots``
-        is set to "none" (draw ``plots.sweep_progress(pool)`` in the caller instead).
+      options: a dict of ``TrainingOptions`` fields (JSON-able; ``ExecutionOptions``
+        fields such as ``steps_per_dispatch`` are routed to ``execution``), or a
+        ``TrainingOptions`` without ``output_fn``. Validation data, if any, comes from
+        ``data``; ``plots`` is set to "none" (draw ``plots.sweep_progress(pool)`` in the
+        caller instead).
+      execution: how the job's training runs (``train(..., execution=...)``): a dict of
+        ``ExecutionOptions`` fields or ``ExecutionOptions``; None: the defaults.
       seed: overrides ``options["seed"]`` (initialisation, shuffling, augmentation).
 
     Returns:
@@ -55,7 +59,8 @@ def train_job(*, data, model, options, seed: int | None = None):
 
     train_set, validation_set = load_data(data)
     module = build_model(model, num_classes=len(train_set.class_names))
-    net, info = train(train_set, module, _options(options, seed, validation_set))
+    options, execution = _options(options, execution, seed, validation_set)
+    net, info = train(train_set, module, options, execution=execution)
     if info.diverged:
         report({"state": "failed", "error": info.stop_reason})
     return net, info
@@ -67,45 +72,66 @@ def _forward(message: dict) -> bool:
     return False
 
 
-def training_options(options) -> Any:
-    """``TrainingOptions`` from a job's ``options``: a dict of fields (``augmentation`` may
-    be a dict of ``Augmentation`` fields) or ``TrainingOptions``. Imports no JAX, so a
-    caller can check options before any worker starts.
+def job_options(options, execution=None) -> tuple[Any, Any]:
+    """``(TrainingOptions, ExecutionOptions)`` from a job's ``options`` and ``execution``.
+
+    Imports no JAX, so a caller can check options before any worker starts.
+
+    Args:
+      options: a dict of ``TrainingOptions`` fields (``augmentation`` may be a dict of
+        ``Augmentation`` fields), where ``ExecutionOptions`` fields (e.g.
+        ``steps_per_dispatch``) are accepted too and go to the second; or
+        ``TrainingOptions``.
+      execution: None, a dict of ``ExecutionOptions`` fields, or ``ExecutionOptions``;
+        execution fields given in ``options`` replace its.
 
     Raises:
       ValueError: naming the option that is unknown or whose value is not allowed.
-      TypeError: ``options`` is neither a dict nor ``TrainingOptions``.
+      TypeError: ``options`` or ``execution`` is of another type.
     """
     from jaxflowers.data.augment import Augmentation
+    from jaxflowers.execution import ExecutionOptions
     from jaxflowers.options import TrainingOptions
 
-    if isinstance(options, TrainingOptions):
-        return options
-    if not isinstance(options, Mapping):
-        raise TypeError(f"options must be a dict of TrainingOptions fields or a "
-                        f"TrainingOptions, not {type(options).__name__}")
-    fields = dict(options)
+    fields = _fields(options, TrainingOptions, "options")
+    routed = {f.name: fields.pop(f.name) for f in dataclasses.fields(ExecutionOptions)
+              if f.name in fields}
     known = [f.name for f in dataclasses.fields(TrainingOptions)]
     unknown = [name for name in fields if name not in known]
     if unknown:
-        raise ValueError(f"unknown option {unknown[0]!r}: TrainingOptions has no such field "
-                         f"(its fields: {', '.join(known)})")
+        raise ValueError(f"unknown option {unknown[0]!r}: neither TrainingOptions nor "
+                         f"ExecutionOptions has such a field (TrainingOptions: "
+                         f"{', '.join(known)})")
     if isinstance(fields.get("augmentation"), Mapping):
         try:
             fields["augmentation"] = Augmentation(**fields["augmentation"])
         except TypeError as error:
             raise ValueError(f"augmentation={fields['augmentation']!r}: {error}") from None
-    return TrainingOptions(**fields)
+    execution = {**_fields(execution or {}, ExecutionOptions, "execution"), **routed}
+    try:
+        return TrainingOptions(**fields), ExecutionOptions(**execution)
+    except TypeError as error:  # an unknown ExecutionOptions field in ``execution``
+        raise ValueError(f"execution: {error}") from None
 
 
-def _options(options, seed: int | None, validation_set):
-    options = training_options(options)
+def _fields(value, cls, what: str) -> dict:
+    """The init fields of a ``cls`` instance or a dict of them, as a new dict."""
+    if isinstance(value, cls):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{what} must be a dict of {cls.__name__} fields or a {cls.__name__}, "
+                    f"not {type(value).__name__}")
+
+
+def _options(options, execution, seed: int | None, validation_set):
+    options, execution = job_options(options, execution)
     changes = {"output_fn": _forward, "plots": "none"}  # plots.sweep_progress(pool) draws
     if seed is not None:
         changes["seed"] = seed
     if validation_set is not None:
         changes["validation_data"] = validation_set
-    return options.replace(**changes)
+    return options.replace(**changes), execution
 
 
 def load_data(spec) -> tuple[Any, Any]:

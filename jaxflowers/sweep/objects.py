@@ -1,6 +1,6 @@
 """jaxflowers objects that may cross the process boundary of a sweep, without pickle.
 
-``TrainingOptions``, ``Augmentation`` and image sets (arguments), ``TrainedNet`` and
+``TrainingOptions``, ``ExecutionOptions``, ``Augmentation`` and image sets (arguments), ``TrainedNet`` and
 ``TrainingInfo`` (results) travel as their dataclass fields; the Flax modules that
 ``jaxflowers.models`` exports travel as their class name and fields. The classes are
 named by importing them (:func:`travelling_class`), and an object travels only if its
@@ -17,7 +17,8 @@ import sys
 from typing import Any
 
 # Tags of the dataclasses that travel; ``travelling_class(tag).__name__ == tag``.
-TAGS = ("TrainingOptions", "Augmentation", "ImageSet", "TrainedNet", "TrainingInfo")
+TAGS = ("TrainingOptions", "ExecutionOptions", "Augmentation", "ImageSet", "TrainedNet",
+        "TrainingInfo")
 
 
 def travelling_class(tag: str) -> type:
@@ -28,6 +29,8 @@ def travelling_class(tag: str) -> type:
     """
     if tag == "TrainingOptions":
         from jaxflowers.options import TrainingOptions as cls
+    elif tag == "ExecutionOptions":
+        from jaxflowers.execution import ExecutionOptions as cls
     elif tag == "Augmentation":
         from jaxflowers.data.augment import Augmentation as cls
     elif tag == "ImageSet":
