@@ -113,6 +113,23 @@ def test_a_diverged_job_is_failed_with_its_reason_and_never_the_best():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_job_whose_loss_diverges_fails_with_that_reason_and_is_not_chosen(tmp_path):
+    proc = _start(["--depths", "1", "--epochs", "2", "--option", "initial_learn_rate=1e6",
+                   "--option", "steps_per_dispatch=1", "--out", "out"], tmp_path)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1, out + err
+    reason = re.search(r"^\s+0\s+1 failed: ((?:training loss is (?:NaN|Inf)|gradient is not "
+                       r"finite) at iteration (\d+))$", out, re.M)
+    assert reason, out
+    assert f"  job 0 (depth 1): {reason.group(1)} (compile" in out
+    assert "No job finished with a validation accuracy" in out and "Best network" not in out
+    [job] = json.loads((tmp_path / "out" / "sweep_results.json").read_text())["jobs"]
+    assert job["status"] == "failed" and job["stop_reason"] == reason.group(1)
+    assert int(reason.group(2)) <= 22, "stops within the first epochs' iterations"
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ctrl_c_keeps_the_finished_jobs_and_leaves_nothing_behind(tmp_path):
     """One CPU slot: job 0 (depth 1) finishes, then Ctrl-C while job 1 (depth 2) trains."""

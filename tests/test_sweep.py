@@ -443,16 +443,34 @@ def test_the_travelling_classes_are_the_public_ones_and_only_they_travel():
             codec.encode_tree(value, {}, what="result")
 
 
+def test_job_options_route_execution_fields_and_name_what_is_wrong():
+    from jaxflowers.sweep.jobs import job_options
+
+    options, execution = job_options({"max_epochs": 2, "steps_per_dispatch": 4,
+                                      "augmentation": {"reflect_x": True}},
+                                     {"steps_per_dispatch": 1, "precision": "float32"})
+    assert options.max_epochs == 2 and options.augmentation == jf.data.Augmentation(True)
+    assert execution == jf.ExecutionOptions(steps_per_dispatch=4, precision="float32")
+    assert job_options(options, execution) == (options, execution)
+    for bad, match in [({"bogus": 1}, "unknown option 'bogus'"),
+                       ({"augmentation": {"flip": 1}}, r"augmentation=\{'flip': 1\}"),
+                       ({"strategy": "mpi"}, "strategy='mpi' is not allowed")]:
+        with pytest.raises(ValueError, match=match):
+            job_options(bad)
+    with pytest.raises(ValueError, match="execution: .*'bogus'"):
+        job_options({}, {"bogus": 1})
+
+
 @pytest.mark.slow
 def test_train_job_end_to_end(tmp_path):
     """The sweep's user path: train_job in a worker, progress to after_each, (net, info) back."""
-    options = {"max_epochs": 3, "mini_batch_size": 128, "steps_per_dispatch": 1,
-               "validation_frequency": 100, "verbose": False, "solver": "adam",
-               "initial_learn_rate": 0.01}
+    options = {"max_epochs": 3, "mini_batch_size": 128, "validation_frequency": 100,
+               "verbose": False, "solver": "adam", "initial_learn_rate": 0.01}
     with sweep.DevicePool(1, log_dir=tmp_path) as pool:
         records, lock = _collect(pool)
         futures = [pool.submit(sweep.train_job, data={"train": "digits", "validation": 0.2},
-                               model=("cifar_net", {"depth": 1}), options=options, seed=0)]
+                               model=("cifar_net", {"depth": 1}), options=options, seed=0,
+                               execution=jf.ExecutionOptions(steps_per_dispatch=1))]
         nets, infos = sweep.fetch_outputs(futures)
     (net,), (info,) = nets, infos
     assert isinstance(net, jf.TrainedNet) and isinstance(info, jf.TrainingInfo)
