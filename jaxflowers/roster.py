@@ -48,7 +48,8 @@ def check_in(address: str, count: int, index: int, timeout: float) -> "Watch":
         return Watch(0, peers)
     conn = _reach(host.strip("[]"), int(port), deadline, address, timeout)
     _send(conn, {"process": index})
-    reply = _receive(conn, deadline)
+    # Process 0 was listening already, so it answers within `timeout` from now at the latest.
+    reply = _receive(conn, time.monotonic() + timeout + 2.0)
     if reply.get("go"):
         return Watch(index, {0: conn})
     conn.close()
