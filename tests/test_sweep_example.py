@@ -121,6 +121,8 @@ def test_the_caller_imports_no_jax_before_its_jobs_start(tmp_path):
     code = ("import sys\nfrom jaxflowers.__main__ import main\n"
             "from jaxflowers.sweep import DevicePool\nfrom jaxflowers.sweep import example, plan\n"
             "plan = plan.data_plan('digits')\n"
+            "from jaxflowers.sweep.jobs import job_options\n"
+            "job_options({'steps_per_dispatch': 1, 'augmentation': {'reflect_x': True}})\n"
             "with DevicePool(1, log_dir='logs') as pool:\n"
             "    example._watch(pool, (1,), sys.stdout)\n"
             "    pool.submit(example.depth_job, data=plan, depth=1).cancel()\n"
