@@ -1,47 +1,25 @@
-"""Charts: confusion chart, training progress, speedup.
+"""Charts: confusion chart and speedup, and the progress views' public names.
 
-The only module that imports ``matplotlib.pyplot``, and only inside the functions that
-draw. Static charts use pyplot (so Jupyter shows them at the end of the cell); outside
-Jupyter pyplot gets the non-interactive Agg backend, so nothing ever opens a window.
-The live plots (``TrainingProgressPlot``, ``SweepProgressPlot``, ``sweep_progress``) are
-in ``jaxflowers.live``, which draws with the helpers here; they stay reachable from here.
+Static charts use pyplot (``figures.pyplot``, imported only inside the functions that
+draw), so Jupyter shows them at the end of the cell; outside Jupyter pyplot gets the
+non-interactive Agg backend, so nothing ever opens a window. The training-progress view
+(``jaxflowers.progress_plot``) and the sweep grid (``jaxflowers.live``) are reachable here.
 """
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-_BLUE, _RED = np.array([0.0, 0.447, 0.741]), np.array([0.85, 0.325, 0.098])
+from jaxflowers.figures import BLUE, RED, pyplot
+from jaxflowers.live import SweepProgressPlot, sweep_progress
+from jaxflowers.progress_plot import TrainingProgressPlot, training_progress
+
+__all__ = ["ConfusionChart", "SweepProgressPlot", "TrainingProgressPlot", "confusion_chart",
+           "speedup", "speedup_table", "sweep_progress", "training_progress"]
+
 _DIVISOR = {"row-normalized": 1, "column-normalized": 0}
-
-
-def _in_jupyter() -> bool:
-    """True inside a Jupyter (IPython kernel) session; never imports IPython itself."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return getattr(shell, "kernel", None) is not None
-
-
-def _pyplot():
-    """matplotlib.pyplot, on Agg unless in Jupyter or the user has chosen a backend."""
-    import matplotlib
-
-    if ("matplotlib.pyplot" not in sys.modules and not _in_jupyter()
-            and not os.environ.get("MPLBACKEND")):
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _field(info, name: str) -> np.ndarray:
-    """``info.name`` (or ``info[name]``) as a 1-D array; empty where absent or None."""
-    value = info.get(name) if isinstance(info, Mapping) else getattr(info, name, None)
-    return np.asarray([] if value is None else value).reshape(-1)
 
 
 def _label_indices(labels, class_names: list[str], what: str) -> np.ndarray:
@@ -78,7 +56,7 @@ def _draw_cells(ax, values, diagonal, percent: bool, blank_zero: bool = True) ->
     zero cells stay blank and unlabelled like MATLAB's, unless ``blank_zero`` is False."""
     v = np.nan_to_num(values)
     scale = v / max(v.max(), 1e-12)
-    rgb = 1.0 - scale[..., None] * (1.0 - np.where(diagonal[..., None], _BLUE, _RED))
+    rgb = 1.0 - scale[..., None] * (1.0 - np.where(diagonal[..., None], BLUE, RED))
     ax.imshow(rgb, aspect="auto", interpolation="nearest")
     size = float(np.clip(12 - 0.4 * max(values.shape), 5, 10))
     for (i, j), value in np.ndenumerate(values):
@@ -163,7 +141,7 @@ def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-n
     if ax is None:
         cell = float(np.clip(8 / k, 0.3, 0.8))  # inches
         size = (2.5 + cell * (k + 2.2 * bool(rows)), 2.5 + cell * (k + 2.2 * bool(cols)))
-        ax = _pyplot().figure(figsize=size, layout="tight").gca()
+        ax = pyplot().figure(figsize=size, layout="tight").gca()
     values = _normalize(counts, normalization)
     _draw_cells(ax, values, np.eye(k, dtype=bool), normalization != "absolute")
     ax.set(xticks=range(k), yticks=range(k), xlabel="Predicted Class", ylabel="True Class")
@@ -196,81 +174,6 @@ def _summaries(divider, ax, counts, mode, axis: int):
     _draw_cells(extra, values, is_correct.astype(bool), mode != "absolute", blank_zero=False)
     extra.set_axis_off()
     return values
-
-
-def _smooth(values: np.ndarray, weight: float) -> np.ndarray:
-    """Exponential moving average, bias-corrected like TensorBoard's; NaNs are skipped."""
-    out, avg, seen = np.full(len(values), np.nan), 0.0, 0
-    for i, value in enumerate(values):
-        if np.isfinite(value):
-            avg, seen = weight * avg + (1 - weight) * value, seen + 1
-        if seen:
-            out[i] = avg / (1 - weight**seen)
-    return out
-
-
-def _progress_title(info) -> str:
-    it, ep, lr = (_field(info, k) for k in ("iteration", "epoch", "learn_rate"))
-    parts = [f"Iteration {it[-1]}"] if it.size else ["Waiting for the first iteration"]
-    parts += [f"epoch {ep[-1]}"] if ep.size else []
-    parts += [f"learn rate {lr[-1]:.3g}"] if lr.size else []
-    val = _field(info, "validation_accuracy")
-    parts += [f"validation accuracy {val[-1]:.2f}%"] if val.size else []
-    return ", ".join(parts)
-
-
-def _draw_progress(acc_ax, loss_ax, info, smoothing: float) -> None:
-    """MATLAB's two training-progress panels, drawn into the given Axes."""
-    it, ep = _field(info, "iteration"), _field(info, "epoch")
-    val_it = _field(info, "validation_iteration")
-    panels = ((acc_ax, "accuracy", "Accuracy (%)", _BLUE), (loss_ax, "loss", "Loss", _RED))
-    for ax, key, ylabel, color in panels:
-        y, val = _field(info, key), _field(info, "validation_" + key)
-        n, m = min(it.size, y.size), min(val_it.size, val.size)
-        ax.plot(it[:n], y[:n], lw=0.6, alpha=0.4, color=color, label="Training")
-        ax.plot(it[:n], _smooth(y[:n], smoothing), lw=1.6, color=color,
-                label="Training (smoothed)")
-        if m:
-            ax.plot(val_it[:m], val[:m], "--o", ms=4, lw=1, color="black", label="Validation")
-        for x in it[1:][ep[1:] != ep[:-1]] if ep.size == it.size else ():
-            ax.axvline(x - 0.5, color="0.5", lw=0.6, alpha=0.5, gid="epoch")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.25)
-    acc_ax.set_ylim(0, 100)
-    acc_ax.set_title(_progress_title(info), fontsize="medium")
-    acc_ax.legend(loc="lower right", fontsize="small")
-    loss_ax.set_xlabel("Iteration")
-
-
-def _draw_gpu(ax, history: dict) -> None:
-    """Utilisation (%) of each monitored GPU against seconds since the monitor started."""
-    for g, index in enumerate(history["device"]):
-        ax.plot(history["time"], history["utilization"][:, g], lw=1, label=f"GPU {index}")
-    ax.set(ylim=(0, 105), xlabel="Time (s)", ylabel="GPU use (%)")
-    ax.legend(loc="lower right", fontsize="x-small", ncols=min(len(history["device"]), 4))
-    ax.grid(alpha=0.25)
-
-
-def training_progress(info, *, ax=None, smoothing: float = 0.8):
-    """Draw accuracy and loss against iteration (MATLAB: the "training-progress" plot).
-
-    Args:
-      info: a ``TrainingInfo`` (or a mapping) with ``iteration`` (I,) int, 1-based;
-        ``epoch`` (I,) int; ``loss`` (I,) float; ``accuracy`` (I,) float, %;
-        ``learn_rate`` (I,) float; ``validation_iteration`` (V,) int; ``validation_loss``
-        and ``validation_accuracy`` (V,) float (%). Missing fields are left out.
-      ax: None for a new figure, or a pair (accuracy Axes, loss Axes).
-      smoothing: weight in [0, 1) of the exponential moving average drawn over the
-        mini-batch values (0: no smoothing).
-
-    Returns:
-      The matplotlib Figure: thin raw mini-batch values, a smoothed line, validation as
-      black dashed line with markers, faint vertical lines at epoch boundaries.
-    """
-    if ax is None:
-        _, ax = _pyplot().subplots(2, 1, sharex=True, figsize=(8, 6), layout="constrained")
-    _draw_progress(ax[0], ax[1], info, smoothing)
-    return ax[0].figure
 
 
 _KEYS = ("model", "strategy", "scaling", "devices", "images_per_s")
@@ -331,7 +234,7 @@ def speedup(results, *, ax=None, path=None):
     """
     rows = speedup_table(results)
     if ax is None:
-        _, ax = _pyplot().subplots(figsize=(6, 4.5), layout="constrained")
+        _, ax = pyplot().subplots(figsize=(6, 4.5), layout="constrained")
     for key in dict.fromkeys((r["model"], r["strategy"], r["scaling"]) for r in rows):
         group = [r for r in rows if (r["model"], r["strategy"], r["scaling"]) == key]
         ax.plot([r["devices"] for r in group], [r["speedup"] for r in group],
@@ -350,16 +253,3 @@ def speedup(results, *, ax=None, path=None):
     if path is not None:
         ax.figure.savefig(path, dpi=120)
     return ax.figure
-
-
-_LIVE = ("SweepProgressPlot", "TrainingProgressPlot", "sweep_progress")
-
-
-def __getattr__(name: str):
-    """``plots.TrainingProgressPlot`` etc. from ``jaxflowers.live``, imported on first use:
-    live imports this module, so importing it here at load time would be a cycle."""
-    if name in _LIVE:
-        from jaxflowers import live
-
-        return getattr(live, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,4 @@
-"""plots: numbers in the confusion chart, progress lines, speedup table; light import."""
-import dataclasses
+"""plots: numbers in the confusion chart, speedup table and figure; light import."""
 import os
 import pathlib
 import subprocess
@@ -16,26 +15,6 @@ NAMES = ["daisy", "dandelion", "roses", "sunflowers"]
 TRUE = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 3])
 PRED = np.array([0, 0, 1, 1, 2, 2, 2, 2, 0, 3])
 COUNTS = [[2, 1, 0, 0], [0, 1, 1, 0], [1, 0, 3, 0], [0, 0, 0, 1]]
-
-
-@dataclasses.dataclass
-class Info:
-    """Stands in for train.TrainingInfo."""
-    iteration: np.ndarray
-    epoch: np.ndarray
-    loss: np.ndarray
-    accuracy: np.ndarray
-    learn_rate: np.ndarray
-    validation_iteration: np.ndarray
-    validation_loss: np.ndarray
-    validation_accuracy: np.ndarray
-
-
-def make_info(n=12):
-    it = np.arange(1, n + 1)
-    return Info(it, (it - 1) // 4 + 1, 2.0 / it, np.linspace(10.0, 95.0, n),
-                np.full(n, 0.01), np.array([4, 8, 12]), np.array([0.9, 0.5, 0.3]),
-                np.array([50.0, 80.0, 90.0]))
 
 
 @pytest.fixture(autouse=True)
@@ -99,35 +78,6 @@ def test_confusion_chart_string_labels_options_and_errors():
         plots.confusion_chart(TRUE, PRED, NAMES, row_summary="precision")
 
 
-def test_training_progress_lines(tmp_path):
-    info = make_info()
-    fig = plots.training_progress(info, smoothing=0.5)
-    acc, loss = fig.axes
-    raw, smooth, val = acc.lines[:3]
-    np.testing.assert_array_equal(raw.get_xdata(), info.iteration)
-    np.testing.assert_array_equal(raw.get_ydata(), info.accuracy)
-    np.testing.assert_array_equal(loss.lines[0].get_ydata(), info.loss)
-    # Bias-corrected moving average with weight 0.5 of 10, 10 + 85/11, ...
-    a = info.accuracy
-    np.testing.assert_allclose(smooth.get_ydata()[:2], [a[0], (0.25 * a[0] + 0.5 * a[1]) / 0.75])
-    np.testing.assert_array_equal(val.get_xdata(), [4, 8, 12])
-    np.testing.assert_array_equal(val.get_ydata(), [50.0, 80.0, 90.0])
-    np.testing.assert_array_equal(loss.lines[2].get_ydata(), [0.9, 0.5, 0.3])
-    epochs = [line.get_xdata()[0] for line in acc.lines if line.get_gid() == "epoch"]
-    assert epochs == [4.5, 8.5]
-    assert acc.get_title() == "Iteration 12, epoch 3, learn rate 0.01, validation accuracy 90.00%"
-    fig.savefig(tmp_path / "tp.png", dpi=40)
-    assert_png(tmp_path / "tp.png", fig, 40)
-
-
-def test_training_progress_into_given_axes_and_empty_info():
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2)
-    assert plots.training_progress({"iteration": [], "loss": None}, ax=axes) is fig
-    assert axes[0].get_title() == "Waiting for the first iteration"
-
-
 BENCH = {"device_kind": "NVIDIA H200", "results": [
     {"model": "resnet50", "strategy": "shard_map", "scaling": "weak", "devices": 1,
      "images_per_s": 100.0},
@@ -179,7 +129,7 @@ def test_speedup_plot(tmp_path):
 def test_import_is_light_and_charts_never_open_windows():
     """Importing the package loads no pyplot, NVML or IPython; drawing outside Jupyter picks
     Agg even where a display would let matplotlib choose an interactive backend."""
-    code = ("import sys, jaxflowers, jaxflowers.plots, jaxflowers.live, jaxflowers.monitor\n"
+    code = ("import sys, jaxflowers, jaxflowers.plots, jaxflowers.monitor\n"
             "heavy = [m for m in ('matplotlib.pyplot', 'pynvml', 'IPython') if m in sys.modules]\n"
             "assert not heavy, heavy\n"
             "jaxflowers.plots.confusion_chart([0, 1], [1, 1], ['a', 'b'])\n"
