@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any, Callable
 
 from jaxflowers.data.augment import Augmentation
@@ -50,6 +51,8 @@ class TrainingOptions:
     verbose: bool = True  # print MATLAB's progress table
     verbose_frequency: int = 50  # iterations between table rows
     plots: str = "none"  # "none" or "training-progress" (live in Jupyter)
+    plots_path: str | os.PathLike | None = None  # the plot's file; None: training_progress.png
+    log_dir: str | os.PathLike | None = None  # folder for TensorBoard scalars (needs tensorboardX)
     output_fn: Callable[[dict], Any] | None = None  # called per iteration; True stops training
     seed: int = 0  # initialisation, shuffling and augmentation
     precision: str = "auto"  # compute dtype; "auto": bfloat16 on GPU, float32 on CPU
@@ -89,6 +92,8 @@ class TrainingOptions:
         if self.output_fn is not None and not callable(self.output_fn):
             raise ValueError(f"output_fn={self.output_fn!r} must be callable or None")
         _check_data(self.validation_data)
+        for name in ("plots_path", "log_dir"):
+            _check_path(self, name)
 
     @property
     def learn_rate(self) -> float:
@@ -154,6 +159,13 @@ def _check_float(options, name: str, *, low: float, high: float = math.inf,
     if not ok:
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
         raise ValueError(f"{name}={value!r} must be a finite number in {interval}")
+
+
+def _check_path(options, name: str) -> None:
+    value = getattr(options, name)
+    if value is not None and (not isinstance(value, (str, os.PathLike)) or value == ""):
+        raise ValueError(f"{name}={value!r} must be a file system path (str or os.PathLike) "
+                         "or None")
 
 
 def _check_data(data) -> None:

@@ -26,14 +26,15 @@ class Progress:
       verbose: print the table; ``verbose_frequency`` iterations between rows.
       output_fn: called with one dict per iteration (and per validation); returning True
         asks training to stop.
-      plot: an object with ``update(info)`` (the live training-progress plot), or None.
+      sinks: objects with ``update(info)``, called at every report, and ``close(info)``,
+        called with the final info (the training-progress plot, the TensorBoard log).
     """
 
     def __init__(self, *, steps_per_epoch: int, verbose: bool = True, verbose_frequency: int = 50,
-                 output_fn: Callable[[dict], Any] | None = None, plot=None, stream=None):
+                 output_fn: Callable[[dict], Any] | None = None, sinks=(), stream=None):
         self.steps_per_epoch = steps_per_epoch
         self.verbose, self.verbose_frequency = verbose, verbose_frequency
-        self.output_fn, self.plot = output_fn, plot
+        self.output_fn, self.sinks = output_fn, tuple(sinks)
         self.stream = stream or sys.stdout
         self._rows: dict[str, list] = {k: [] for k in ("loss", "accuracy", "learn_rate")}
         self._val: dict[str, list] = {k: [] for k in ("iteration", "loss", "accuracy")}
@@ -86,8 +87,10 @@ class Progress:
                 self._last_row = it
             self._printed = self.iterations_done
             self.stream.flush()
-        if self.plot is not None:
-            self.plot.update(self.info())
+        if self.sinks:
+            info = self.info()
+            for sink in self.sinks:
+                sink.update(info)
 
     def finish(self, **timings) -> TrainingInfo:
         """Close the table and return the history as a ``TrainingInfo``."""
@@ -95,6 +98,8 @@ class Progress:
         if self.verbose:
             print("|" + "=" * (sum(_WIDTHS) + 3 * len(_WIDTHS) - 1) + "|", file=self.stream)
         info = self.info(**timings)
+        for sink in self.sinks:
+            sink.close(info)
         self._send(dict(self._message(self.iterations_done, "done"),
                         final_validation_accuracy=info.final_validation_accuracy))
         return info

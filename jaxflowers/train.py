@@ -257,15 +257,30 @@ class _Run:
         return float(loss), float(np.mean(np.argmax(log_probs, axis=1) == labels))
 
     def _progress(self) -> Progress:
-        """The table, plot and ``output_fn`` on process 0; other processes only record."""
-        main, plot = self.parallel.is_main_process, None
-        if self.options.plots == "training-progress" and main:
-            from jaxflowers.plots import TrainingProgressPlot
-            plot = TrainingProgressPlot()
+        """The table, plot, TensorBoard log and ``output_fn`` on process 0; other processes
+        only record."""
+        main = self.parallel.is_main_process
         return Progress(steps_per_epoch=self.steps_per_epoch,
                         verbose=self.options.verbose and main,
                         verbose_frequency=self.options.verbose_frequency,
-                        output_fn=self.options.output_fn if main else None, plot=plot)
+                        output_fn=self.options.output_fn if main else None,
+                        sinks=self._sinks() if main else ())
+
+    def _sinks(self) -> list:
+        """What follows the run besides the table: the training-progress view, TensorBoard."""
+        opts, sinks = self.options, []
+        if opts.plots == "training-progress":
+            from jaxflowers.progress_plot import TrainingProgressPlot
+            kinds = "/".join(sorted({d.device_kind for d in self.parallel.devices}))
+            sinks.append(TrainingProgressPlot(
+                path=opts.plots_path, max_epochs=opts.max_epochs,
+                iterations_per_epoch=self.steps_per_epoch,
+                hardware=f"{self.parallel.num_devices} x {kinds}",
+                validation_frequency=opts.validation_frequency if self.validation else None))
+        if opts.log_dir is not None:
+            from jaxflowers.tensorboard_log import TensorBoardLog
+            sinks.append(TensorBoardLog(opts.log_dir))
+        return sinks
 
     def _summary(self) -> str:
         kinds = sorted({d.device_kind for d in self.parallel.devices})

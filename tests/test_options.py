@@ -33,6 +33,8 @@ from jaxflowers.optim import learn_rate_schedule
     ("epsilon", 0, "epsilon=0"),
     ("augmentation", "flip", "augmentation='flip' must be a jaxflowers.data.Augmentation"),
     ("output_fn", 3, "output_fn=3 must be callable"),
+    ("plots_path", 3, r"plots_path=3 must be a file system path \(str or os.PathLike\) or None"),
+    ("log_dir", "", "log_dir='' must be a file system path"),
     ("validation_data", np.zeros(3), "validation_data=ndarray lacks images, labels, class_names"),
 ])
 def test_every_invalid_option_names_value_and_allowed(field, value, message):

@@ -164,3 +164,50 @@ def test_gpu_panel_from_a_monitor(tmp_path):
     *_, gpu = plot.figure.axes
     np.testing.assert_array_equal(gpu.lines[1].get_ydata(), [90, 89, 88, 87, 86])
     assert [line.get_label() for line in gpu.lines] == ["GPU 2", "GPU 3"]
+
+
+SCRIPT = """
+import jaxflowers as jf
+
+train_set, test_set = jf.data.digits().split_each_label(0.9, seed=0)
+opts = jf.TrainingOptions(max_epochs=2, mini_batch_size=64, validation_data=test_set,
+                          validation_frequency=10, plots="training-progress", log_dir="tb")
+net, info = jf.train(train_set, jf.models.cifar_net(depth=1, num_classes=10), opts)
+info.to_csv("metrics.csv")
+print("FINAL", info.iteration[-1], f"{info.final_validation_accuracy:.2f}%")
+"""
+
+
+@pytest.mark.slow
+def test_a_script_leaves_the_final_frame_the_csv_and_the_event_file(tmp_path):
+    """What a user running a script gets: one line saying where the figure went, and a
+    figure, a CSV and TensorBoard scalars that all end at the info's last iteration."""
+    import csv
+    import os
+    import subprocess
+    import sys
+
+    from test_tensorboard_log import read_scalars
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # as a user's shell
+    env["PYTHONPATH"] = str(root)
+    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, iterations, accuracy = re.search(r"^FINAL (\d+) (.+)$", done.stdout, re.M).group(0).split()
+    assert iterations == "50"  # 1,617 training images, 64 a batch: 25 iterations an epoch
+    saved = [line for line in done.stdout.splitlines() if "training_progress" in line]
+    assert saved == [f"Training progress plot saved to {tmp_path / DEFAULT_PATH}"]
+    with Image.open(tmp_path / DEFAULT_PATH) as png:
+        description = png.text["Description"]
+    assert f"Iteration: {iterations} of {iterations}" in description
+    assert f"Accuracy: {accuracy}" in description and "Stop reason: max-epochs" in description
+    with open(tmp_path / "metrics.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert len(rows) == 50 and rows[-1]["iteration"] == iterations
+    assert [r["iteration"] for r in rows if r["validation_accuracy"]] == ["10", "20", "30", "40",
+                                                                          "50"]
+    scalars = read_scalars(tmp_path / "tb")
+    assert [step for step, _ in scalars["training/loss"]] == list(range(1, 51))
+    assert f"{scalars['validation/accuracy'][-1][1]:.2f}%" == accuracy
