@@ -90,6 +90,12 @@ class ConfusionChart:
     def __repr__(self) -> str:
         return f"ConfusionChart({len(self.class_names)} classes, {self.matrix.sum()} samples)"
 
+    def savefig(self, path, **savefig_kwargs):
+        """Write the chart to ``path`` (PNG, PDF, SVG, ... by extension), as
+        ``Figure.savefig`` (MATLAB: ``saveas``/``exportgraphics``); returns ``path``."""
+        self.figure.savefig(path, **savefig_kwargs)
+        return path
+
 
 _MODES = ("off", "absolute", "row-normalized", "column-normalized", "total-normalized")
 
@@ -125,7 +131,7 @@ def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-n
         "absolute", "total-normalized", or None / "off" to hide.
       column_summary: "column-normalized" (% correct / incorrect of each predicted class,
         i.e. precision), "absolute", "total-normalized", or None / "off".
-      title: optional axes title.
+      title: the chart's title; None: the sample count and the share correct; "": none.
       ax: Axes to draw the cells into; summaries are appended beside it. None makes a figure.
       normalization: what the cells show: "absolute" counts, "row-normalized",
         "column-normalized" or "total-normalized" percentages.
@@ -147,6 +153,9 @@ def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-n
     ax.set(xticks=range(k), yticks=range(k), xlabel="Predicted Class", ylabel="True Class")
     ax.set_xticklabels(names, rotation=90 if max(map(len, names), default=0) > 4 else 0)
     ax.set_yticklabels(names)
+    if title is None:
+        total = int(counts.sum())
+        title = f"{total} samples, {_percent(np.trace(counts), total):.1f}% correct"
     if title:
         ax.set_title(title)
     if rows or cols:
@@ -165,15 +174,29 @@ def _summaries(divider, ax, counts, mode, axis: int):
     both = np.stack([correct, counts.sum(axis=axis) - correct], axis=axis)  # (K,2)|(2,K)
     whole = counts.sum() if mode == "total-normalized" else counts.sum(axis, keepdims=True)
     values = both.astype(np.float64) if mode == "absolute" else _percent(both, whole)
-    side, share, pad = ("right", "sharey", 0.15) if axis == 1 else ("bottom", "sharex", 0.45)
+    side, share, pad = ("right", "sharey", 0.15) if axis == 1 else ("bottom", "sharex", 0.75)
     if axis == 0:  # leave room for the predicted-class names and label under the cells
         pad += 0.1 + 0.07 * max(len(t.get_text()) for t in ax.get_xticklabels())
     extra = divider.append_axes(side, size=f"{200 / len(correct):.0f}%", pad=pad,
                                 **{share: ax})
     is_correct = np.stack([np.ones(len(correct)), np.zeros(len(correct))], axis=axis)
     _draw_cells(extra, values, is_correct.astype(bool), mode != "absolute", blank_zero=False)
-    extra.set_axis_off()
+    _header(extra, axis)
     return values
+
+
+def _header(strip, axis: int) -> None:
+    """Name a summary strip and its two rows (below the cells) or columns (beside them)."""
+    strip.spines[:].set_visible(False)
+    strip.tick_params(left=False, bottom=False, labelleft=False, labelbottom=False)
+    if axis == 1:
+        strip.set_xticks([0, 1], ["Correct", "Incorrect"], fontsize="small")
+        strip.tick_params(labeltop=True, top=False)
+    else:
+        strip.set_yticks([0, 1], ["Correct", "Incorrect"], fontsize="small")
+        strip.tick_params(labelleft=True)
+    strip.set_title("Per true class" if axis == 1 else "Per predicted class",
+                    fontsize="small")
 
 
 _KEYS = ("model", "strategy", "scaling", "devices", "images_per_s")

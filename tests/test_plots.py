@@ -58,6 +58,27 @@ def test_confusion_chart_counts_and_summaries(tmp_path):
     assert_png(tmp_path / "cc.png", chart.figure, 50)
 
 
+def test_confusion_chart_explains_itself_and_saves_what_it_shows(tmp_path):
+    chart = plots.confusion_chart(TRUE, PRED, NAMES)
+    main, rows, cols = chart.figure.axes
+    assert main.get_title() == "10 samples, 70.0% correct"  # a title by default
+    assert rows.get_title() == "Per true class" and cols.get_title() == "Per predicted class"
+    assert [t.get_text() for t in rows.get_xticklabels()] == ["Correct", "Incorrect"]
+    assert [t.get_text() for t in cols.get_yticklabels()] == ["Correct", "Incorrect"]
+    assert [t.get_text() for t in main.get_yticklabels()] == NAMES  # the strips keep them
+    assert chart.savefig(tmp_path / "chart.png", dpi=60) == tmp_path / "chart.png"
+    saved = matplotlib.image.imread(tmp_path / "chart.png")
+    chart.figure.set_dpi(60)
+    chart.figure.canvas.draw()
+    shown = np.asarray(chart.figure.canvas.buffer_rgba(), dtype=np.float32) / 255
+    np.testing.assert_allclose(saved, shown, atol=1 / 255)  # the file is what was drawn
+    chart.savefig(tmp_path / "chart.pdf")
+    assert (tmp_path / "chart.pdf").read_bytes()[:4] == b"%PDF"
+    assert plots.confusion_chart(TRUE, PRED, NAMES, title="").ax.get_title() == ""
+    with pytest.raises(FileNotFoundError):
+        chart.savefig(tmp_path / "missing" / "chart.png")
+
+
 def test_confusion_chart_string_labels_options_and_errors():
     names = np.array(NAMES)
     chart = plots.confusion_chart(names[TRUE], list(names[PRED]), NAMES, row_summary=None,
