@@ -245,34 +245,86 @@ def speedup_table(results) -> list[dict]:
 
 
 def speedup(results, *, ax=None, path=None):
-    """Plot measured speedup against device count, one line per model/strategy/scaling.
+    """Plot images/s and speedup against device count, one line per system.
 
     Args:
-      results: as for ``speedup_table``.
-      ax: Axes to draw into; None makes a figure.
+      results: as for ``speedup_table``; a bench JSON's ``environment["devices"]`` (the
+        devices in words) becomes the figure's title.
+      ax: a pair of Axes (images/s, speedup) to draw into; None makes a figure.
       path: if given, the figure is also saved there (PNG by default).
 
     Returns:
-      The matplotlib Figure, with the ideal y = x line dotted.
+      The matplotlib Figure: left, images/s at each device count with the values written
+      beside the points (useful with one device too); right, the speedup over the fewest
+      devices with the ideal y = x line dotted, or a note when only one count was measured.
     """
     rows = speedup_table(results)
     if ax is None:
-        _, ax = pyplot().subplots(figsize=(6, 4.5), layout="constrained")
-    for key in dict.fromkeys((r["model"], r["strategy"], r["scaling"]) for r in rows):
-        group = [r for r in rows if (r["model"], r["strategy"], r["scaling"]) == key]
-        ax.plot([r["devices"] for r in group], [r["speedup"] for r in group],
-                "-o" if key[2] == "strong" else "--s", label=f"{key[0]}, {key[1]} ({key[2]})")
+        _, ax = pyplot().subplots(1, 2, figsize=(11, 4.5), layout="constrained")
+    ips_ax, gain_ax = ax
     counts = sorted({r["devices"] for r in rows})
-    if counts:
-        ax.plot([counts[0], counts[-1]], [counts[0], counts[-1]], ":", color="0.4",
-                label="ideal")
-        ax.set_xticks(counts)
+    systems = {}  # label -> that system's rows, by device count
+    for r in rows:
+        systems.setdefault(f"{r['model']}, {r['strategy']} ({r['scaling']})", []).append(r)
+    if len(counts) > 1:
+        _throughput_lines(ips_ax, systems, counts)
+    else:
+        _throughput_bars(ips_ax, systems, counts)
+    for (label, group), line in zip(systems.items(), ips_ax.lines if len(counts) > 1 else ()):
+        gain_ax.plot([r["devices"] for r in group], [r["speedup"] for r in group],
+                     line.get_linestyle(), marker=line.get_marker(), label=label,
+                     color=line.get_color())
+    _speedup_panel(gain_ax, counts)
+    for panel in ax:
+        panel.grid(alpha=0.25)
+        if panel.lines:
+            panel.legend(fontsize="small")
+    devices = results.get("environment", {}).get("devices") if isinstance(
+        results, Mapping) else None
+    if devices:
+        ips_ax.figure.suptitle(devices, fontsize="medium")
+    if path is not None:
+        ips_ax.figure.savefig(path, dpi=120)
+    return ips_ax.figure
+
+
+def _throughput_lines(ax, systems: dict, counts: list[int]) -> None:
+    """Images/s against device count, one line per system, each value written beside it."""
+    for label, group in systems.items():
+        style = "-o" if group[0]["scaling"] == "strong" else "--s"
+        (line,) = ax.plot([r["devices"] for r in group], [r["images_per_s"] for r in group],
+                          style, label=label)
+        for r in group:
+            ax.annotate(f"{r['images_per_s']:,.0f}", (r["devices"], r["images_per_s"]),
+                        xytext=(5, -10), textcoords="offset points", fontsize="x-small",
+                        color=line.get_color())
+    ax.set(xlabel="Devices", ylabel="Images/s", title="Throughput", xticks=counts)
+    ax.set_ylim(0, 1.1 * ax.get_ylim()[1])
+
+
+def _throughput_bars(ax, systems: dict, counts: list[int]) -> None:
+    """With one device count: one bar of images/s per system, its value at its end."""
+    labels = list(systems)
+    values = [systems[label][0]["images_per_s"] for label in labels]
+    bars = ax.barh(labels, values, color=[f"C{i}" for i in range(len(labels))])
+    ax.bar_label(bars, [f"{v:,.0f}" for v in values], padding=3, fontsize="small")
+    ax.invert_yaxis()  # first system on top
+    ax.set_xlim(0, 1.2 * max(values, default=1))
+    ax.set(xlabel=f"Images/s on {counts[0] if counts else 0} device(s)", title="Throughput")
+
+
+def _speedup_panel(ax, counts: list[int]) -> None:
+    """The ideal line and integer ticks, or with fewer than two device counts a note."""
+    ax.set_title("Speedup")
+    if len(counts) < 2:
+        ax.text(0.5, 0.5, f"Measured on {counts[0] if counts else 0} device(s) only:\n"
+                "a speedup needs two or more device counts\n"
+                "(python -m jaxflowers.bench --devices 1 2 ...)", ha="center", va="center",
+                fontsize="small", transform=ax.transAxes)
+        ax.set(xticks=[], yticks=[])
+        return
     from matplotlib.ticker import MaxNLocator
 
+    ax.plot([counts[0], counts[-1]], [counts[0], counts[-1]], ":", color="0.4", label="ideal")
+    ax.set(xlabel="Devices", ylabel="Speedup over 1 device", xticks=counts)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(xlabel="Devices", ylabel="Speedup over 1 device", title="Scaling")
-    ax.legend(fontsize="small")
-    ax.grid(alpha=0.25)
-    if path is not None:
-        ax.figure.savefig(path, dpi=120)
-    return ax.figure

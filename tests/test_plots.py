@@ -134,17 +134,40 @@ def test_speedup_table_numbers():
                               "images_per_s": 1.0}])
 
 
-def test_speedup_plot(tmp_path):
-    fig = plots.speedup(BENCH, path=tmp_path / "speedup.png")
+def test_speedup_figure_has_throughput_and_speedup_panels(tmp_path):
+    fig = plots.speedup(dict(BENCH, environment={"devices": "8 x NVIDIA H200"}),
+                        path=tmp_path / "speedup.png")
     assert_png(tmp_path / "speedup.png", fig, 120)
-    ax = fig.axes[0]
-    lines = {line.get_label(): line for line in ax.lines}
-    assert set(lines) == {"cifar_net, pmap (strong)", "resnet50, shard_map (weak)", "ideal"}
-    np.testing.assert_array_equal(lines["resnet50, shard_map (weak)"].get_ydata(), [1, 2, 3.6])
-    np.testing.assert_array_equal(lines["cifar_net, pmap (strong)"].get_xdata(), [2, 4, 8])
-    np.testing.assert_array_equal(lines["ideal"].get_xydata(), [[1, 1], [8, 8]])
-    assert list(ax.get_xticks()) == [1, 2, 4, 8]
-    assert all(float(t).is_integer() for t in ax.get_yticks())
+    ips, gain = fig.axes
+    assert (ips.get_title(), gain.get_title()) == ("Throughput", "Speedup")
+    assert fig._suptitle.get_text() == "8 x NVIDIA H200"
+    systems = ["resnet50, shard_map (weak)", "cifar_net, pmap (strong)"]
+    ips_lines = {line.get_label(): line for line in ips.lines}
+    assert sorted(ips_lines) == sorted(systems)
+    np.testing.assert_array_equal(ips_lines[systems[0]].get_ydata(), [100, 200, 360])
+    assert "2" in [t.get_text() for t in ips.get_xticklabels()] and ips.get_ylim()[0] == 0
+    assert {t.get_text() for t in ips.texts} >= {"100", "200", "360", "300", "450", "600"}
+    gain_lines = {line.get_label(): line for line in gain.lines}
+    assert sorted(gain_lines) == sorted(systems + ["ideal"])
+    np.testing.assert_array_equal(gain_lines[systems[0]].get_ydata(), [1, 2, 3.6])
+    np.testing.assert_array_equal(gain_lines[systems[1]].get_xdata(), [2, 4, 8])
+    np.testing.assert_array_equal(gain_lines["ideal"].get_xydata(), [[1, 1], [8, 8]])
+    assert list(gain.get_xticks()) == [1, 2, 4, 8]
+    assert all(float(t).is_integer() for t in gain.get_yticks())
+    for ax in (ips, gain):
+        assert ax.get_legend() is not None
+
+
+def test_speedup_figure_with_one_device_shows_throughput_and_says_why_no_speedup():
+    one = [{"model": "cifar_net:1", "strategy": s, "scaling": "weak", "devices": 1,
+            "images_per_s": v} for s, v in (("shard_map", 812.4), ("pmap", 790.0))]
+    ips, gain = plots.speedup(one).axes
+    assert [bar.get_width() for bar in ips.patches] == [790.0, 812.4]  # one bar per system
+    assert [t.get_text() for t in ips.get_yticklabels()] == ["cifar_net:1, pmap (weak)",
+                                                           "cifar_net:1, shard_map (weak)"]
+    assert [t.get_text() for t in ips.texts] == ["790", "812"]
+    assert ips.get_xlabel() == "Images/s on 1 device(s)"
+    assert len(gain.lines) == 0 and "two or more device counts" in gain.texts[0].get_text()
 
 
 def test_import_is_light_and_charts_never_open_windows():
