@@ -55,6 +55,7 @@ class LiveFigure:
         self.min_interval, self._jupyter = float(min_interval), in_jupyter()
         self._handle, self._last, self._cost, self._stale = None, -math.inf, 0.0, True
         self._draw_share = 0.2  # most of the caller's time a redraw may take, on average
+        self.closed = False
         self._changed(force=True)  # show it (empty) in the cell that created it
 
     def _draw(self, fig) -> None:
@@ -104,4 +105,4 @@ class LiveFigure:
         with self._lock:
             if self._jupyter and self._stale:
                 self._show()
-            self._handle, self._jupyter = None, False
+            self._handle, self._jupyter, self.closed = None, False, True

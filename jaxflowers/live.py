@@ -39,7 +39,8 @@ class SweepProgressPlot(LiveFigure):
       ncols: panels per row.
       min_interval: least seconds between two redraws; ``update`` in between only appends.
 
-    In Jupyter it updates one displayed figure in place; ``save(path)`` writes it.
+    In Jupyter it updates one displayed figure in place; ``save(path)`` writes it. After
+    ``close()`` it ignores further messages (jobs submitted later are not its own).
     """
 
     def __init__(self, num_jobs: int, *, titles=None, ncols: int = 2,
@@ -68,6 +69,8 @@ class SweepProgressPlot(LiveFigure):
         """
         state = message.get("state", "iteration")
         with self._lock:
+            if self.closed:  # the grid shows the jobs it was made for, as they ended
+                return
             if not 0 <= job_index < self.num_jobs:
                 if not self._warned:
                     warnings.warn(f"SweepProgressPlot: ignoring job {job_index}, the plot has "
@@ -87,6 +90,8 @@ class SweepProgressPlot(LiveFigure):
         self._changed(force=state in _STATE_COLORS)  # always show a job's end at once
 
     def _draw(self, fig) -> None:
+        from matplotlib.lines import Line2D
+
         rows = math.ceil(self.num_jobs / self.ncols)
         axes = fig.subplots(rows, self.ncols, squeeze=False).ravel()
         for ax, title, job in zip(axes, self.titles, self.jobs):
@@ -97,6 +102,10 @@ class SweepProgressPlot(LiveFigure):
             ax.set(ylim=(0, 100), xlabel="Iteration", ylabel="Accuracy (%)")
             ax.set_title(f"{title}: {job.state}", color=_STATE_COLORS.get(job.state, "black"))
             ax.grid(alpha=0.25)
+        axes[0].legend(handles=[Line2D([], [], lw=1, color=BLUE, label="Training"),
+                                Line2D([], [], ls="--", marker="o", ms=3, lw=1, color="black",
+                                       label="Validation")],
+                       loc="lower right", fontsize="x-small")
         for ax in axes[self.num_jobs:]:
             ax.set_axis_off()
 

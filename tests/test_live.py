@@ -57,6 +57,8 @@ def test_sweep_plot_states_grid_and_errors(tmp_path):
     assert_png(tmp_path / "s.png", plot.figure, 20)
     assert [ax.get_title() for ax in plot.figure.axes[:3]] == [
         "Job 0: queued", "Job 1: failed", "Job 2: cancelled"]
+    legend = plot.figure.axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["Training", "Validation"]
     assert not plot.figure.axes[3].axison  # the unused fourth panel is hidden
     with pytest.raises(ValueError, match="2 titles for 3 jobs"):
         live.SweepProgressPlot(3, titles=["a", "b"])
@@ -105,3 +107,6 @@ def test_sweep_plot_reads_the_trainers_message_states():
     assert job.validation_iteration == [1] and job.validation_accuracy == [40.0]
     assert job.state == "done"
     plot.close()
+    plot.update(0, {"state": "failed"})
+    plot.update(5, {"state": "cancelled"})  # a later job: no warning, nothing changed
+    assert job.state == "done" and plot.closed
