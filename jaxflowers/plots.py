@@ -270,19 +270,14 @@ def speedup(results, *, ax=None, path=None):
         _throughput_lines(ips_ax, systems, counts)
     else:
         _throughput_bars(ips_ax, systems, counts)
-    for (label, group), line in zip(systems.items(), ips_ax.lines if len(counts) > 1 else ()):
-        gain_ax.plot([r["devices"] for r in group], [r["speedup"] for r in group],
-                     line.get_linestyle(), marker=line.get_marker(), label=label,
-                     color=line.get_color())
-    _speedup_panel(gain_ax, counts)
+    _speedup_panel(gain_ax, systems, counts, ips_ax.lines)
     for panel in ax:
         panel.grid(alpha=0.25)
         if panel.lines:
             panel.legend(fontsize="small")
-    devices = results.get("environment", {}).get("devices") if isinstance(
-        results, Mapping) else None
-    if devices:
-        ips_ax.figure.suptitle(devices, fontsize="medium")
+    environment = results.get("environment", {}) if isinstance(results, Mapping) else {}
+    if environment.get("devices"):
+        ips_ax.figure.suptitle(environment["devices"], fontsize="medium")
     if path is not None:
         ips_ax.figure.savefig(path, dpi=120)
     return ips_ax.figure
@@ -313,8 +308,9 @@ def _throughput_bars(ax, systems: dict, counts: list[int]) -> None:
     ax.set(xlabel=f"Images/s on {counts[0] if counts else 0} device(s)", title="Throughput")
 
 
-def _speedup_panel(ax, counts: list[int]) -> None:
-    """The ideal line and integer ticks, or with fewer than two device counts a note."""
+def _speedup_panel(ax, systems: dict, counts: list[int], styles) -> None:
+    """Each system's speedup in the style of its throughput line, the ideal line and
+    integer ticks; with fewer than two device counts, a note instead."""
     ax.set_title("Speedup")
     if len(counts) < 2:
         ax.text(0.5, 0.5, f"Measured on {counts[0] if counts else 0} device(s) only:\n"
@@ -325,6 +321,10 @@ def _speedup_panel(ax, counts: list[int]) -> None:
         return
     from matplotlib.ticker import MaxNLocator
 
+    for (label, group), style in zip(systems.items(), styles):
+        ax.plot([r["devices"] for r in group], [r["speedup"] for r in group],
+                style.get_linestyle(), marker=style.get_marker(), label=label,
+                color=style.get_color())
     ax.plot([counts[0], counts[-1]], [counts[0], counts[-1]], ":", color="0.4", label="ideal")
     ax.set(xlabel="Devices", ylabel="Speedup over 1 device", xticks=counts)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import math
 import os
 import pathlib
 import sys
@@ -136,37 +135,50 @@ def _of(value, total) -> str:
 
 def info_lines(info, facts: RunFacts, *, final: bool) -> list[tuple[str, str | None]]:
     """The information panel as (label, value) pairs; a value of None starts a section."""
-    it, ep, lr = (_field(info, k) for k in ("iteration", "epoch", "learn_rate"))
-    val_acc, val_loss = _field(info, "validation_accuracy"), _field(info, "validation_loss")
-    lines: list[tuple[str, str | None]] = [("Training time", None)]
+    return [*_time_lines(info, facts), *_cycle_lines(info, facts),
+            *_validation_lines(info, facts, final), *_other_lines(info, facts, final)]
+
+
+def _time_lines(info, facts: RunFacts) -> list:
+    lines: list = [("Training time", None)]
     if facts.start is not None:
         start = datetime.datetime.fromtimestamp(facts.start)
         elapsed = (facts.end if facts.end is not None else time.time()) - facts.start
         lines += [("Start time", start.strftime("%Y-%m-%d %H:%M:%S")),
                   ("Elapsed", _clock(elapsed))]
-    elif _field(info, "train_time").size:
-        lines += [("Elapsed", _clock(float(_field(info, "train_time")[0])))]
-    lines += [("Training cycle", None),
-              ("Epoch", _of(int(ep[-1]) if ep.size else 0, facts.max_epochs)),
-              ("Iteration", _of(int(it[-1]) if it.size else 0, facts.total_iterations))]
+    elif _field(info, "train_time").size:  # a finished info drawn on its own
+        lines.append(("Elapsed", _clock(float(_field(info, "train_time")[0]))))
+    return lines
+
+
+def _cycle_lines(info, facts: RunFacts) -> list:
+    it, ep = _field(info, "iteration"), _field(info, "epoch")
+    lines = [("Training cycle", None),
+             ("Epoch", _of(int(ep[-1]) if ep.size else 0, facts.max_epochs)),
+             ("Iteration", _of(int(it[-1]) if it.size else 0, facts.total_iterations))]
     if facts.iterations_per_epoch:
         lines.append(("Per epoch", f"{facts.iterations_per_epoch} iterations"))
-    lines += [("Validation", None)]
+    return lines
+
+
+def _validation_lines(info, facts: RunFacts, final: bool) -> list:
+    accuracy, loss = _field(info, "validation_accuracy"), _field(info, "validation_loss")
+    lines: list = [("Validation", None)]
     if facts.validation_frequency:
         lines.append(("Frequency", f"every {facts.validation_frequency} iterations"))
-    if val_acc.size and val_loss.size:
-        lines += [("Accuracy", f"{val_acc[-1]:.2f}%"), ("Loss", f"{val_loss[-1]:.4f}")]
-    else:
-        lines.append(("Accuracy", "not validated" if final else "none yet"))
-    devices = _field(info, "num_devices")
-    hardware = facts.hardware or (f"{int(devices[0])} device(s)" if devices.size else None)
-    lines += [("Other information", None), ("Hardware", hardware or "unknown"),
-              ("Learning rate", f"{lr[-1]:.4g}" if lr.size else "-"),
-              ("Result", None)]
-    reason = info.get("stop_reason") if isinstance(info, Mapping) else getattr(
-        info, "stop_reason", None)
-    lines.append(("Stop reason", str(reason) if final and reason else "training"))
-    return lines
+    if accuracy.size and loss.size:
+        return lines + [("Accuracy", f"{accuracy[-1]:.2f}%"), ("Loss", f"{loss[-1]:.4f}")]
+    return lines + [("Accuracy", "not validated" if final else "none yet")]
+
+
+def _other_lines(info, facts: RunFacts, final: bool) -> list:
+    devices, lr = _field(info, "num_devices"), _field(info, "learn_rate")
+    reason = _field(info, "stop_reason")
+    hardware = facts.hardware or (f"{int(devices[0])} device(s)" if devices.size else "unknown")
+    return [("Other information", None), ("Hardware", hardware),
+            ("Learning rate", f"{lr[-1]:.4g}" if lr.size else "-"),
+            ("Result", None),
+            ("Stop reason", str(reason[0]) if final and reason.size else "training")]
 
 
 def _draw_info(ax, lines) -> None:
