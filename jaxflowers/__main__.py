@@ -121,8 +121,7 @@ def _train(args) -> int:
     data = recipes.load_data(args.data, model=model_name)
     train_set, test_set = data.split_each_label(0.9, seed=args.seed)
     model = recipes.build_model(model_name, len(data.class_names), depth=args.depth)
-    common = dict(validation_data=test_set, num_devices=args.devices, seed=args.seed,
-                  strategy=args.strategy, verbose=not args.quiet)
+    common = dict(validation_data=test_set, seed=args.seed, verbose=not args.quiet)
     if args.epochs:
         common["max_epochs"] = args.epochs
     if model_name == "resnet50":
@@ -131,7 +130,8 @@ def _train(args) -> int:
     else:
         opts = recipes.digits_options(mini_batch_size=args.batch_size or 128, **common)
     clock.append(time.perf_counter())
-    net, info = jf.train(train_set, model, opts)
+    execution = jf.ExecutionOptions(num_devices=args.devices, strategy=args.strategy)
+    net, info = jf.train(train_set, model, opts, execution=execution)
     clock.append(time.perf_counter())
     predicted = jf.scores_to_labels(jf.predict(net, test_set, num_devices=args.devices),
                                     net.class_names)

@@ -175,6 +175,7 @@ opts = jf.TrainingOptions(max_epochs=2, mini_batch_size=64, validation_data=test
 net, info = jf.train(train_set, jf.models.cifar_net(depth=1, num_classes=10), opts)
 info.to_csv("metrics.csv")
 print("FINAL", info.iteration[-1], f"{info.final_validation_accuracy:.2f}%")
+print("STOP", info.stop_reason)
 """
 
 
@@ -202,7 +203,8 @@ def test_a_script_leaves_the_final_frame_the_csv_and_the_event_file(tmp_path):
     with Image.open(tmp_path / DEFAULT_PATH) as png:
         description = png.text["Description"]
     assert f"Iteration: {iterations} of {iterations}" in description
-    assert f"Accuracy: {accuracy}" in description and "Stop reason: max-epochs" in description
+    reason = re.search(r"^STOP (.+)$", done.stdout, re.M).group(1)
+    assert f"Accuracy: {accuracy}" in description and f"Stop reason: {reason}" in description
     with open(tmp_path / "metrics.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     assert len(rows) == 50 and rows[-1]["iteration"] == iterations
