@@ -15,10 +15,15 @@ def _parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a network and report test accuracy")
-    train.add_argument("--data", default="digits",
-                       help="digits (embedded, default), flowers, cifar10, a folder or a URL")
+    train.add_argument("--recipe", default=None, metavar="NAME",
+                       help="flowers (MATLAB's multi-GPU example, verbatim), flowers-tuned, "
+                            "sweep (MATLAB's parfeval example) or digits; default: flowers for "
+                            "flowers or resnet50, digits otherwise (jaxflowers.recipes.RECIPES)")
+    train.add_argument("--data", default=None,
+                       help="digits, flowers, cifar10, a folder or a URL (default: the "
+                            "recipe's; digits without a recipe)")
     train.add_argument("--model", choices=("cifar_net", "resnet50"), default=None,
-                       help="default: resnet50 for flowers, cifar_net otherwise")
+                       help="default: the recipe's (resnet50 for flowers, cifar_net otherwise)")
     train.add_argument("--depth", type=int, default=2, help="cifar_net depth (default 2)")
     train.add_argument("--epochs", type=int, default=None)
     train.add_argument("--batch-size", type=int, default=None,
@@ -115,20 +120,18 @@ def _train(args) -> int:
     jf.enable_compilation_cache()  # a second run loads its compiled programs
     from jaxflowers.parallel import select_devices
 
+    recipe = (recipes.recipe(args.recipe) if args.recipe  # a bad name fails before JAX starts
+              else recipes.recipe_for(args.data or "digits", args.model))
     devices = select_devices("auto", args.devices)  # starts the backend
     clock.append(time.perf_counter())
-    model_name = args.model or ("resnet50" if args.data == "flowers" else "cifar_net")
-    data = recipes.load_data(args.data, model=model_name)
-    train_set, test_set = data.split_each_label(0.9, seed=args.seed)
+    model_name = args.model or recipe.model
+    data = recipes.load_data(args.data or recipe.data, model=model_name)
+    train_set, test_set = data.split_each_label(recipe.train_fraction, seed=args.seed)
     model = recipes.build_model(model_name, len(data.class_names), depth=args.depth)
     common = dict(validation_data=test_set, seed=args.seed, verbose=not args.quiet)
     if args.epochs:
         common["max_epochs"] = args.epochs
-    if model_name == "resnet50":
-        opts = recipes.flowers_options(len(devices), len(train_set),
-                                       per_device_batch=args.batch_size or 128, **common)
-    else:
-        opts = recipes.digits_options(mini_batch_size=args.batch_size or 128, **common)
+    opts = recipe.options(len(devices), len(train_set), batch_size=args.batch_size, **common)
     clock.append(time.perf_counter())
     execution = jf.ExecutionOptions(num_devices=args.devices, strategy=args.strategy)
     net, info = jf.train(train_set, model, opts, execution=execution)

@@ -40,6 +40,7 @@ import time
 
 import numpy as np
 
+from jaxflowers import recipes
 from jaxflowers.bench_report import draw, fold_peer, save, table_lines
 from jaxflowers.data.augment import Augmentation
 from jaxflowers.data.imageset import ImageSet
@@ -68,25 +69,23 @@ class BenchModel:
 
     def build(self):
         """The flax module: ``resnet50(num_classes)`` or ``cifar_net(depth, num_classes)``."""
-        from jaxflowers import models
-        if self.name == "resnet50":
-            return models.resnet50(num_classes=self.num_classes)
-        return models.cifar_net(int(self.name.split(":")[1]), num_classes=self.num_classes)
+        name, _, depth = self.name.partition(":")
+        return recipes.build_model(name, self.num_classes, depth=int(depth or 2))
 
 
 def parse_model(name: str) -> BenchModel:
     """``"resnet50"`` (224x224, 5 classes, 3,670 images, Flowers' size) or
     ``"cifar_net:<depth>"`` (32x32, 10 classes, 45,000 images, CIFAR-10's training split)."""
-    if name == "resnet50":
-        aug = Augmentation(reflect_x=True, translate_x=(-30, 30), translate_y=(-30, 30))
-        return BenchModel(name, 224, 5, 3670, 64, 20, aug)
+    if name == "resnet50":  # the multi-GPU example's network, images and augmenter
+        return BenchModel(name, recipes.IMAGE_SIZE[name][0], 5, 3670, 64, 20,
+                          recipes.augmentation("flowers"))
     kind, _, depth = name.partition(":")
     if kind != "cifar_net" or not depth.isdigit() or int(depth) < 1:
         raise ValueError(f"model {name!r} is not allowed; use resnet50 or cifar_net:<depth>, "
                          "e.g. cifar_net:2")
-    # The MATLAB CIFAR example's augmenter: random mirror and +-4 px shifts.
-    aug = Augmentation(reflect_x=True, translate_x=(-4, 4), translate_y=(-4, 4))
-    return BenchModel(name, 32, 10, 45000, 128, 256, aug)
+    # The parfeval example's: random mirror and +-4 px shifts.
+    return BenchModel(name, recipes.IMAGE_SIZE[kind][0], 10, 45000, 128, 256,
+                      recipes.augmentation("sweep"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -137,10 +137,11 @@ class _Run:
         opts, steps = self.options, self.program.feed.steps_per_epoch
         every = opts.checkpoint_frequency * (steps if opts.checkpoint_frequency_unit == "epoch"
                                              else 1)
-        # Every process keeps the same sync points (they decide its collectives), so the
-        # table's count whether or not this process prints it.
+        # verbose_frequency makes sync points whether or not a table is printed: every
+        # process keeps the same ones (they decide its collectives), and output_fn sees
+        # each of those iterations at once (bench.py times windows between them).
         return Schedule(
-            total=self.total, verbose_frequency=opts.verbose_frequency if opts.verbose else 0,
+            total=self.total, verbose_frequency=opts.verbose_frequency,
             validation_frequency=opts.validation_frequency if opts.validation_data is not None
             else 0,
             checkpoint_every=every if opts.checkpoint_path is not None else 0,

@@ -117,13 +117,3 @@ def test_matlab_example_schedule_80_epochs_drop_every_50():
 def test_constant_schedule():
     schedule = learn_rate_schedule(jf.TrainingOptions(initial_learn_rate=0.3), steps_per_epoch=5)
     assert float(schedule(0)) == float(schedule(10_000)) == pytest.approx(0.3)
-
-
-def test_flowers_recipe_scales_for_the_gpus_and_keeps_other_overrides():
-    from jaxflowers import recipes
-
-    opts = recipes.flowers_options(2, 3303, seed=3, verbose=False)
-    assert (opts.mini_batch_size, opts.seed) == (256, 3)
-    assert opts.initial_learn_rate == pytest.approx(2e-3)
-    assert opts.validation_frequency == 3303 // 256  # once per epoch
-    assert (opts.solver, opts.max_epochs, opts.learn_rate_drop_period) == ("adam", 80, 50)

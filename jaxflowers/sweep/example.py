@@ -24,10 +24,11 @@ import sys
 import time
 from typing import Any, Mapping, Sequence, TextIO
 
+from jaxflowers import recipes
 from jaxflowers.sweep.jobs import load_data, train_job
 from jaxflowers.sweep.pool import DevicePool
 
-IMAGE_SIZE = (32, 32)  # cifar_net's input, as in the MATLAB example
+IMAGE_SIZE = recipes.IMAGE_SIZE["cifar_net"]  # as in the MATLAB example
 HOLD_OUT = (0.8, 0.1)  # digits or a plain folder: train / validation / rest for test
 CIFAR_VALIDATION = 0.1  # CIFAR-10: 5,000 of the 50,000 training images validate
 _ROW = "{:>4} {:>6} {:>6} {:>10} {:>11} {:>11}"
@@ -183,7 +184,7 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
       depth: convolutions per block of ``cifar_net``.
       max_epochs: training epochs (the example: 30).
       seed: initialisation, shuffling and augmentation.
-      options_overrides: ``TrainingOptions`` fields replacing ``recipes.sweep_options``'s,
+      options_overrides: ``TrainingOptions`` fields replacing the "sweep" recipe's,
         as ``train_job`` takes them (``augmentation`` may be a dict); a new
         ``mini_batch_size`` keeps validation at once per epoch.
 
@@ -195,7 +196,6 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
     """
     import numpy as np
 
-    from jaxflowers import recipes
     from jaxflowers.predict import predict
 
     train_set, validation_set, test_set = load_sets(data)
@@ -203,7 +203,7 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
     if "mini_batch_size" in overrides:  # keep validating once per epoch
         overrides.setdefault("validation_frequency",
                              max(1, len(train_set) // int(overrides["mini_batch_size"])))
-    options = recipes.sweep_options(len(train_set), max_epochs=max_epochs)
+    options = recipes.recipe("sweep").options(1, len(train_set), max_epochs=max_epochs)
     fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
     net, info = train_job(data={"train": train_set, "validation": validation_set},
                           model=("cifar_net", {"depth": depth}),
