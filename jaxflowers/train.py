@@ -148,15 +148,29 @@ class _Run:
             plot_every=max(1, steps // 4) if opts.plots != "none" else 0)
 
     def _progress(self) -> Progress:
-        """The table, plot and ``output_fn`` on process 0; other processes only record."""
-        main, sinks = self.parallel.is_main_process, []
-        if self.options.plots == "training-progress" and main:
-            from jaxflowers.live import TrainingProgressPlot
-            sinks.append(TrainingProgressPlot())
+        """The table, sinks and ``output_fn`` on process 0; other processes only record."""
+        main = self.parallel.is_main_process
         table = (VerboseTable(self.history, self.options.verbose_frequency)
                  if self.options.verbose and main else None)
-        return Progress(self.history, table=table, sinks=sinks,
+        return Progress(self.history, table=table, sinks=self._sinks() if main else (),
                         output_fn=self.options.output_fn if main else None)
+
+    def _sinks(self) -> list:
+        """What follows the run besides the table: the training-progress view, TensorBoard."""
+        opts, sinks = self.options, []
+        if opts.plots == "training-progress":
+            from jaxflowers.progress_plot import TrainingProgressPlot
+            kinds = "/".join(sorted({d.device_kind for d in self.parallel.devices}))
+            sinks.append(TrainingProgressPlot(
+                path=opts.plots_path, max_epochs=opts.max_epochs,
+                iterations_per_epoch=self.program.feed.steps_per_epoch,
+                hardware=f"{self.parallel.num_devices} x {kinds}",
+                validation_frequency=(opts.validation_frequency
+                                      if opts.validation_data is not None else None)))
+        if opts.log_dir is not None:
+            from jaxflowers.tensorboard_log import TensorBoardLog
+            sinks.append(TensorBoardLog(opts.log_dir))
+        return sinks
 
     def _summary(self) -> str:
         """One line saying what runs where, in plain words."""
