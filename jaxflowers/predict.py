@@ -128,7 +128,8 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
         ("auto": one vector on GPUs). The scores do not depend on it.
 
     Returns:
-      float32 (n, num_classes) softmax scores, row i for image i. With several processes
+      float32 (n, num_classes) softmax scores, row i for image i; (0, num_classes) for no
+      images. With several processes
       (``parallel.initialize``) every process calls it with the same images and receives
       all the scores.
     """
@@ -142,6 +143,8 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
     if parameter_layout not in PARAMETER_LAYOUTS:
         raise ValueError(f"predict: parameter_layout must be one of {PARAMETER_LAYOUTS}; got "
                          f"{parameter_layout!r}")
+    if len(images) == 0:  # nothing to split over the devices; no program to compile
+        return np.zeros((0, len(net.class_names)), np.float32)
     parallel = DataParallel(select_devices(execution_environment, num_devices), strategy)
     variables, layout = net.variables, None
     if uses_flat_layout(parameter_layout, parallel.devices[0].platform):

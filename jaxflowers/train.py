@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxflowers.checks import check_training
 from jaxflowers.data.loader import ResidentData, channel_stats, choose_placement, image_shape
 from jaxflowers.info import TrainingInfo
 from jaxflowers.net import TrainedNet
@@ -57,6 +58,7 @@ def train(data, model, options: TrainingOptions) -> tuple[TrainedNet, TrainingIn
     """
     if not isinstance(options, TrainingOptions):
         raise TypeError(f"options must be TrainingOptions, not {type(options).__name__}")
+    check_training(data, model, options)
     parallel = DataParallel(select_devices(options.execution_environment, options.num_devices),
                             options.strategy)
     _check_batch(options, parallel.num_devices, len(data))
