@@ -47,13 +47,14 @@ def check_training(data, model, options) -> None:
 def model_outputs(model, input_shape: Sequence[int]) -> int:
     """How many logits ``model`` gives per image of ``input_shape`` (H, W, C).
 
-    The models of ``jaxflowers.models`` declare it (their ``num_classes`` field is the
-    width of their last layer); any other module is traced abstractly with
-    ``jax.eval_shape`` on one image, which compiles nothing. Tracing a large network still
-    takes a noticeable part of a second, which a run with a jaxflowers model is spared.
+    The models of ``jaxflowers.models`` (and their subclasses) declare it: their
+    ``num_classes`` field is the width of their last layer. Any other module is traced
+    abstractly with ``jax.eval_shape`` on one image, which compiles nothing; tracing a large
+    network still takes a noticeable part of a second, which a jaxflowers model is spared.
     """
     declared = getattr(model, "num_classes", None)
-    if type(model).__module__.startswith(_MODELS) and isinstance(declared, int):
+    ours = any(cls.__module__.startswith(_MODELS) for cls in type(model).__mro__)
+    if ours and isinstance(declared, int):
         return declared
     import jax
     import jax.numpy as jnp
