@@ -167,11 +167,119 @@ def test_predict_refuses_images_the_network_cannot_take(images, message):
         jf.predict(_tiny_net(), images)
 
 
-def _tiny_net() -> "jf.TrainedNet":
-    """A two-class cifar_net(1) on 32x32 images with its initial weights (nothing trained)."""
-    model = jf.models.cifar_net(1, num_classes=2)
-    variables = jax.tree.map(np.asarray, model.init(jax.random.PRNGKey(0),
-                                                    np.zeros((1, 32, 32, 3)), train=False))
-    return jf.TrainedNet(model=model, variables=variables, class_names=("cat", "dog"),
-                         normalization=(np.zeros(3, np.float32), np.ones(3, np.float32)),
+def _tiny_net(model=None, classes=("cat", "dog")) -> "jf.TrainedNet":
+    """``model`` (default a two-class cifar_net(1)) on 32x32 images with random weights:
+    shapes from ``eval_shape``, so nothing is compiled to make it."""
+    model = model or jf.models.cifar_net(1, num_classes=len(classes))
+    shapes = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x, train=False),
+                            jax.ShapeDtypeStruct((1, 32, 32, 3), np.float32))
+    rng = np.random.default_rng(0)
+    variables = jax.tree.map(lambda s: rng.normal(0.2, 0.1, s.shape).astype(s.dtype), shapes)
+    return jf.TrainedNet(model=model, variables=variables, class_names=classes,
+                         normalization=(np.full(3, 120, np.float32), np.full(3, 60, np.float32)),
                          input_shape=(32, 32, 3))
+
+
+# ------------------------------------------------------------------ saved networks
+
+@pytest.fixture(scope="module")
+def trained():
+    return _tiny_net()
+
+
+def test_a_loaded_network_predicts_exactly_as_the_saved_one(trained, sets, tmp_path):
+    path = trained.save(tmp_path / "new" / "digits.net")  # the folder is created
+    assert path == tmp_path / "new" / "digits.net" and os.listdir(path.parent) == ["digits.net"]
+    loaded = jf.load(path)
+    assert loaded.model == trained.model and loaded.class_names == trained.class_names
+    assert loaded.input_shape == trained.input_shape
+    images = sets[1].images[:10]
+    np.testing.assert_array_equal(jf.predict(loaded, images), jf.predict(trained, images))
+
+
+def test_a_bfloat16_resnet_survives_saving(tmp_path):
+    net = _tiny_net(jf.models.resnet18(num_classes=2, dtype=jax.numpy.bfloat16))
+    loaded = jf.load(net.save(tmp_path / "resnet.net"))
+    assert loaded.model == net.model and loaded.dtype == jax.numpy.bfloat16
+    assert jax.tree.structure(loaded.variables) == jax.tree.structure(net.variables)
+    for saved, back in zip(jax.tree.leaves(net.variables), jax.tree.leaves(loaded.variables)):
+        assert back.dtype == saved.dtype and back.tobytes() == saved.tobytes()
+    for saved, back in zip(net.normalization, loaded.normalization):
+        np.testing.assert_array_equal(back, saved)
+
+
+def _flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the arrays member
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[:-200])
+
+
+def _not_a_zip(path):
+    path.write_text("weights, honestly")
+
+
+def _rewrite_meta(change):
+    """Damage that keeps the zip valid: ``net.json`` rewritten by ``change``."""
+    import json
+    import zipfile
+
+    def damage(path):
+        with zipfile.ZipFile(path) as archive:
+            meta, blob = json.loads(archive.read("net.json")), archive.read("arrays.msgpack")
+        change(meta)
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("net.json", json.dumps(meta))
+            archive.writestr("arrays.msgpack", blob)
+    return damage
+
+
+def _foreign_class(meta):
+    meta["fields"]["model"]["value"]["class"] = "os:system"
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_flip_a_byte, r"cannot load .*digits\.net: damaged or not a saved network \(Bad CRC-32"),
+    (_truncate, r"cannot load .*digits\.net: damaged or not a saved network"),
+    (_not_a_zip, r"cannot load .*digits\.net: damaged or not a saved network"),
+    (_rewrite_meta(lambda m: m.update(version=99)), r"cannot load .*digits\.net: .*format "
+                                                    r"version 99; this jaxflowers reads version 1"),
+    (_rewrite_meta(lambda m: m.update(format="other")), r"digits\.net: .*does not describe"),
+    (_rewrite_meta(_foreign_class), r"digits\.net is damaged or not a saved jaxflowers network: "
+                                    r"ValueError: refusing to rebuild module 'os:system'"),
+], ids=["flipped byte", "truncated", "not a zip", "newer version", "other format",
+        "foreign class"])
+def test_a_damaged_network_file_is_refused_naming_it(trained, tmp_path, damage, message):
+    path = trained.save(tmp_path / "digits.net")
+    damage(path)
+    with pytest.raises(ValueError, match=message):
+        jf.load(path)
+
+
+def test_bad_network_paths_are_named(trained, tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"no saved network at {re.escape(str(tmp_path))}"):
+        jf.load(tmp_path / "missing.net")
+    with pytest.raises(IsADirectoryError, match="is a folder, not a saved network file"):
+        jf.load(tmp_path)
+    with pytest.raises(IsADirectoryError, match="cannot save the network to .*: it is a folder"):
+        trained.save(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(OSError, match=re.escape(str(blocker))):
+        trained.save(blocker / "net.net")
+
+
+def test_a_failed_save_keeps_the_previous_file(trained, tmp_path, monkeypatch):
+    path = trained.save(tmp_path / "digits.net")
+    before = path.read_bytes()
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        trained.save(path)
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["digits.net"]
