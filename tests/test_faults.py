@@ -146,6 +146,153 @@ def test_jaxflowers_models_declare_the_outputs_eval_shape_finds():
         assert model_outputs(model, (32, 32, 3)) == shape[1]
 
 
+# ------------------------------------------------------------------------- options
+
+@pytest.mark.parametrize("options, message", [
+    (dict(mini_batch_size=0), r"mini_batch_size=0 must be an integer >= 1"),
+    (dict(solver="adamw"), r"solver='adamw' is not allowed; use one of sgdm, adam"),
+    (dict(initial_learn_rate=float("nan")), r"initial_learn_rate=nan must be a finite number"),
+    (dict(validation_data=[1, 2]), r"validation_data=list lacks images, labels, class_names"),
+])
+def test_a_bad_option_names_field_value_and_what_is_allowed(options, message):
+    with pytest.raises(ValueError, match=message):
+        jf.TrainingOptions(**options)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(mini_batch_size=18), r"mini_batch_size=18 is not divisible by 4 devices; use a "
+                               r"multiple of 4 or scale_for_devices"),
+    (dict(mini_batch_size=4096), r"mini_batch_size=4096 is larger than the 1618 training images"),
+])
+def test_a_batch_that_cannot_be_split_is_refused_before_compiling(sets, options, message):
+    with _compiles() as compiled, pytest.raises(ValueError, match=message):
+        jf.train(sets[0], jf.models.cifar_net(1), jf.TrainingOptions(verbose=False, **options))
+    assert compiled == []
+
+
+# ----------------------------------------------------------- images and folders
+
+def _class_folders(root: pathlib.Path, per_class: int = 3, classes=("a", "b"), size=(9, 7)):
+    """PNG class folders; class c's image i is the colour (100 c, 20 i, 50)."""
+    for c, name in enumerate(classes):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            Image.new("RGB", size, (100 * c, 20 * i, 50)).save(root / name / f"{i}.png")
+    return root
+
+
+def test_a_truncated_image_is_named_and_no_cache_is_left(tmp_path):
+    root = _class_folders(tmp_path / "photos")
+    good = (root / "a" / "0.png").read_bytes()
+    (root / "b" / "broken.png").write_bytes(good[:len(good) // 2])
+    ds = jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "cache")
+    with pytest.raises(OSError, match=r"cannot read image .*broken\.png: .*on_error='skip'"):
+        ds.images
+    assert not [p for p in os.listdir(tmp_path / "cache") if not p.endswith(".lock")]
+
+
+def test_a_class_folder_without_images_is_named(tmp_path):
+    root = _class_folders(tmp_path / "photos")
+    (root / "c").mkdir()
+    (root / "c" / "notes.txt").write_text("no pictures here")
+    with pytest.raises(ValueError, match=f"class folder '{re.escape(str(root / 'c'))}' \\('c'\\) "
+                                         r"contains no image files .*notes\.txt"):
+        jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "cache")
+
+
+# ------------------------------------------------------------------------ archives
+
+def _archive(tmp_path, members: dict) -> tuple[str, str]:
+    """A .tgz of ``members`` (name -> bytes) as a file:// URL, and its sha256."""
+    import hashlib
+    import io
+
+    path = tmp_path / "photos.tgz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path.as_uri(), hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_an_archive_with_the_wrong_sha256_is_deleted_and_nothing_extracted(tmp_path):
+    url, _ = _archive(tmp_path, {"photos/a/1.jpg": b"x"})
+    dest = tmp_path / "dest"
+    with pytest.raises(jf.data.ChecksumError, match=r"sha256 mismatch for .*photos\.tgz: "
+                                                    r"expected 0{64}"):
+        jf.data.download_and_extract(url, dest, sha256="0" * 64, progress=False)
+    assert os.listdir(dest) == []
+
+
+def test_an_archive_escaping_its_folder_is_refused_whole(tmp_path):
+    url, sha = _archive(tmp_path, {"photos/a/1.jpg": b"x", "../evil.sh": b"rm -rf ~"})
+    dest = tmp_path / "dest"
+    with pytest.raises(jf.data.UnsafeArchiveError, match=r"member '\.\./evil\.sh' has an "
+                                                         r"absolute path or a '\.\.' component"):
+        jf.data.download_and_extract(url, dest, sha256=sha, progress=False)
+    assert not (tmp_path / "evil.sh").exists() and not (dest / "photos").exists()
+
+
+# -------------------------------------------------------------------------- caches
+
+def _blocked(tmp_path) -> pathlib.Path:
+    """A file: folders "inside" it cannot be created, even by root."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    return blocker
+
+
+def test_an_unwritable_resize_cache_folder_is_a_warning_and_the_images_load(tmp_path,
+                                                                           monkeypatch):
+    root = _class_folders(tmp_path / "photos")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    folder = _blocked(tmp_path) / "cache"
+    with pytest.warns(UserWarning, match=f"resize cache folder {re.escape(str(folder))} cannot "
+                                         "be written \\(Not a directory\\); going on without"):
+        images = np.array(jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=folder).images)
+    assert images[:, 0, 0].tolist() == [[100 * c, 20 * i, 50] for c in range(2) for i in range(3)]
+    assert os.listdir(scratch) == []  # the temporary file is gone
+
+
+def test_a_read_only_folder_with_a_valid_resize_cache_is_used(tmp_path, monkeypatch,
+                                                              count_decodes):
+    from jaxflowers.data import cache as cache_lib
+
+    root = _class_folders(tmp_path / "photos")
+    first = np.array(jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images)
+    monkeypatch.setattr(cache_lib, "unwritable", lambda folder: "Read-only file system")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images
+    np.testing.assert_array_equal(again, first)
+    assert len(count_decodes) == 6  # the first build only
+
+
+def test_a_corrupted_resize_cache_is_rebuilt_with_a_warning(tmp_path, count_decodes):
+    root = _class_folders(tmp_path / "photos")
+    path = jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").cache_path
+    os.truncate(path, os.path.getsize(path) - 10)
+    with pytest.warns(UserWarning, match=f"resize cache {re.escape(path)} is invalid .*; "
+                                         "rebuilding it"):
+        images = jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images
+    assert images[:, 0, 0].tolist()[3] == [100, 0, 50] and len(count_decodes) == 12
+
+
+def test_an_unwritable_compilation_cache_folder_is_a_warning(tmp_path, monkeypatch):
+    folder = _blocked(tmp_path) / "xla"
+    before = jax.config.jax_compilation_cache_dir
+    with pytest.warns(UserWarning, match=f"compilation cache folder {re.escape(str(folder))} "
+                                         "cannot be written .*going on without the cache"):
+        assert jf.enable_compilation_cache(folder) is None
+    monkeypatch.setenv("JAXFLOWERS_COMPILE_CACHE", str(folder))
+    with pytest.warns(UserWarning, match="set JAXFLOWERS_COMPILE_CACHE to another folder"):
+        assert jf.enable_compilation_cache() is None
+    assert jax.config.jax_compilation_cache_dir == before
+
+
 # ---------------------------------------------------------------------- prediction
 
 def test_predict_on_no_images_gives_an_empty_score_table():

@@ -140,7 +140,7 @@ def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
 
 
 def _build_kept(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
-                how: "_Decoding") -> ResizeCache:
+                how: _Decoding) -> ResizeCache:
     """Build the cache at ``stem`` under its lock, unless another process built it meanwhile."""
     with _locked(stem + ".lock"):
         cache, problem = _open_valid(stem, key, shape)
@@ -153,7 +153,7 @@ def _build_kept(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...
 
 
 def _build_unkept(base: str, key: str, files: Sequence[str], shape: tuple[int, ...],
-                  how: "_Decoding") -> ResizeCache:
+                  how: _Decoding) -> ResizeCache:
     """Build in a private temporary folder and delete it at once: the memory map keeps the
     deleted file's pages readable (POSIX) until the images are no longer used."""
     folder = tempfile.mkdtemp(prefix="jaxflowers-resize-")
