@@ -34,6 +34,8 @@ def unwritable(folder: str | os.PathLike) -> str | None:
     Tried, not guessed from permission bits, so a read-only mount, a file where a folder
     should be, and ``root`` (whom the mode does not stop) all get the true answer.
     """
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        return "it is a file, not a folder"
     try:
         os.makedirs(folder, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
