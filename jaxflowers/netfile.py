@@ -44,8 +44,13 @@ def save(net, path: str | os.PathLike) -> pathlib.Path:
     arrays: dict = {}
     fields = {f.name: getattr(net, f.name) for f in dataclasses.fields(net)
               if f.init and f.name != "variables"}
-    meta = {"format": FORMAT, "version": VERSION,
-            "fields": codec.encode_tree(fields, arrays, what="the network")}
+    try:
+        encoded = codec.encode_tree(fields, arrays, what="the network")
+    except TypeError as error:
+        raise TypeError(f"cannot save the network to {path}: {error}. Only the models of "
+                        "jaxflowers.models are saved (as their class and fields, without "
+                        "pickle)") from error
+    meta = {"format": FORMAT, "version": VERSION, "fields": encoded}
     blob = serialization.msgpack_serialize({"variables": net.variables, "arrays": arrays})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
