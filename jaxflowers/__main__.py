@@ -215,16 +215,10 @@ def _train(args) -> int:
     clock = [time.perf_counter()]  # start, JAX ready, data ready, trained, predicted
     _check_outputs(args)  # before any work: a result that cannot be written would be lost
     with _stage("starting JAX"):
-        _join_processes(args)
-        import jax
-
-        import jaxflowers as jf
-        from jaxflowers.parallel import select_devices
-
-        jf.enable_compilation_cache()  # a second run loads its compiled programs
-        devices = select_devices("auto", args.devices)  # starts the backend
+        devices, main_process = _start(args)
     clock.append(time.perf_counter())
-    main_process = jax.process_index() == 0  # every process has the same results
+    import jaxflowers as jf
+
     model_name = args.model or ("resnet50" if args.data == "flowers" else "cifar_net")
     with _stage("loading the data"):
         train_set, test_set, described = _load_sets(args.data, model_name, args.seed)
@@ -243,6 +237,20 @@ def _train(args) -> int:
         _report(info, clock, jf.accuracy(jf.scores_to_labels(scores, net.class_names),
                                          test_set.labels), len(test_set))
     return 0
+
+
+def _start(args) -> tuple[list, bool]:
+    """Join the other processes (if any), turn on the compilation cache and start JAX's
+    backend; returns (the devices, whether this is process 0, the one that reports)."""
+    _join_processes(args)
+    import jax
+
+    import jaxflowers as jf
+    from jaxflowers.parallel import select_devices
+
+    jf.enable_compilation_cache()  # a second run loads its compiled programs
+    devices = select_devices("auto", args.devices)  # starts the backend
+    return devices, jax.process_index() == 0  # every process has the same results
 
 
 def _check_outputs(args) -> None:
