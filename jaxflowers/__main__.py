@@ -329,11 +329,11 @@ def _resume(args) -> dict:
 
 def _keep(args, net, info, main_process: bool) -> tuple[str, ...]:
     """Write metrics.csv and (``--save``) the network, on process 0; raise
-    :class:`Interrupted` or :class:`Diverged` when training did not finish. Returns what
-    was written."""
-    if not main_process:
-        return ()
-    metrics = info.to_csv(os.path.join(args.out, "metrics.csv"))
+    :class:`Interrupted` or :class:`Diverged` when training did not finish (in every
+    process, so all of them stop). Returns what was written."""
+    metrics = os.path.join(args.out, "metrics.csv")
+    if main_process:
+        info.to_csv(metrics)
     if info.stop_reason == "interrupted":
         checkpoint = getattr(info, "checkpoint_path", None)
         where = (f"the checkpoint is in {checkpoint} (continue with --resume)" if checkpoint
@@ -342,6 +342,8 @@ def _keep(args, net, info, main_process: bool) -> tuple[str, ...]:
                           f"{metrics}")
     if info.diverged:
         raise Diverged(f"{info.stop_reason}; the history is in {metrics}")
+    if not main_process:
+        return ()
     print(f"Metrics: {metrics}")
     if not args.save:
         return (metrics,)
