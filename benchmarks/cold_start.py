@@ -46,8 +46,10 @@ def main() -> None:
     import numpy as np
 
     from jaxflowers import recipes
+    from jaxflowers.data.loader import ResidentData, image_shape
+    from jaxflowers.execution import ExecutionOptions
     from jaxflowers.parallel import REPLICATED, DataParallel, select_devices
-    from jaxflowers.train import _Run
+    from jaxflowers.program import TrainProgram
 
     devices = select_devices("auto", None)
     row = {"piece": args.piece, "devices": len(devices), "device": devices[0].device_kind,
@@ -75,29 +77,37 @@ def main() -> None:
         opts = recipes.flowers_options(len(devices), len(train_set),
                                        per_device_batch=args.per_device_batch,
                                        validation_data=test_set, verbose=False, max_epochs=1)
-        run = timed("setup_and_init_trace", lambda: _Run(
-            train_set, recipes.build_model("resnet50", 5), opts, parallel))
-        init, shapes = run.init, run.state_shapes
-        predictor, placed, _ = run.validation
-        validation = (lambda: predictor.compile(shapes.stored_variables(), placed,
-                                                run.stats_shape))
+        shape = image_shape(train_set)
+
+        def setup():
+            feed = ResidentData(train_set, mini_batch_size=opts.mini_batch_size, num_epochs=1,
+                                shuffle=opts.shuffle, seed=opts.seed)
+            resolved = ExecutionOptions().resolve(devices[0].platform, shape, streamed=False)
+            return TrainProgram(parallel, recipes.build_model("resnet50", 5), opts, resolved,
+                                feed=feed, input_shape=shape)
+
+        program = timed("setup_and_init_trace", setup)
+        forward = program.forward
+        validation = (lambda: forward.compile(program.variable_shapes(),
+                                              forward.abstract(len(test_set), shape),
+                                              program.stats_shape))
         if args.piece == "init":
-            timed("compile", lambda: init.lower().compile())
+            timed("compile", lambda: program.init.lower().compile())
         elif args.piece == "init-rbg":
-            timed("compile", lambda: _rbg_init(run, jnp).lower().compile())
+            timed("compile", lambda: _rbg_init(program, jnp).lower().compile())
         elif args.piece == "block":
-            timed("compile", lambda: run._lower(shapes).compile())
+            timed("compile", lambda: program.lower_block().compile())
         elif args.piece == "validation":
             timed("compile", validation)
         else:
             def together():
                 with concurrent.futures.ThreadPoolExecutor(3) as pool:
-                    jobs = [pool.submit(lambda: init.lower().compile()),
-                            pool.submit(run._lower(shapes).compile), pool.submit(validation)]
+                    jobs = [pool.submit(lambda: program.init.lower().compile()),
+                            pool.submit(lambda: program.lower_block().compile()),
+                            pool.submit(validation)]
                     for job in jobs:
                         job.result()
             timed("compile", together)
-        run.feed.close()
     if args.trace:
         print("\n".join(trace_summary(args.trace)))
     line = json.dumps(row)
@@ -141,16 +151,16 @@ def trace_summary(folder: str, top: int = 30) -> list[str]:
     return lines
 
 
-def _rbg_init(run, jnp):
-    """``train``'s init program with JAX's rbg keys (the generator used before session 5)."""
+def _rbg_init(program, jnp):
+    """``train``'s init program with JAX's rbg keys instead of the hash generator."""
     import jax
 
-    key, flat, tx = jax.random.key(0, impl="rbg"), run.cfg.flat, run.cfg.tx
+    key, flat, tx = jax.random.key(0, impl="rbg"), program.cfg.flat, program.cfg.tx
 
     @jax.jit
     def init():
-        variables = run.model.init(key, jnp.zeros((1, *run.input_shape), jnp.float32),
-                                   train=False)
+        variables = program.model.init(key, jnp.zeros((1, *program.input_shape), jnp.float32),
+                                       train=False)
         params = variables["params"] if flat is None else flat.ravel(variables["params"])
         return variables, tx.init(params)
 

@@ -46,11 +46,12 @@ def worker(args) -> None:
     data = jf.data.digits()
     opts = jf.TrainingOptions(
         solver="sgdm", mini_batch_size=args.batch, max_epochs=args.epochs, verbose=False,
-        sync_batch_norm=not args.no_sync_batch_norm, augmentation=jf.data.Augmentation(reflect_x=True,
-                                                                translate_x=(-4, 4)))
+        augmentation=jf.data.Augmentation(reflect_x=True, translate_x=(-4, 4)))
+    execution = jf.ExecutionOptions(sync_batch_norm=not args.no_sync_batch_norm)
     steps, compile_s = [], []
     for _ in range(args.repeats):
-        _, info = jf.train(data, jf.models.cifar_net(1, num_classes=10), opts)
+        _, info = jf.train(data, jf.models.cifar_net(1, num_classes=10), opts,
+                           execution=execution)
         steps.append(info.train_time / len(info.loss))
         compile_s.append(info.compile_time)
     if jax.process_index() == 0:

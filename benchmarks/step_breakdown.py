@@ -25,8 +25,9 @@ def main() -> None:
     rows = []
     for tag, kwargs in variants:
         opts = jf.TrainingOptions(mini_batch_size=args.batch * args.devices,
-                                  num_devices=args.devices, shuffle="every-epoch", **kwargs)
-        row = measure(data, jf.models.resnet50(5), opts, window_steps=20, windows=4)
+                                  shuffle="every-epoch", **kwargs)
+        row = measure(data, jf.models.resnet50(5), opts, window_steps=20, windows=4,
+                      execution=jf.ExecutionOptions(num_devices=args.devices))
         rows.append(dict(row, tag=tag))
         print(f"{tag:18s} {row['images_per_s']:8.0f} img/s  step {1000 * row['step_s']:.2f} ms"
               f"  compile {row['compile_s']:.1f} s", flush=True)

@@ -14,12 +14,12 @@ flattened gradient (the next lever for 2 GPUs, benchmarks/NOTES.md). Env: SIZE (
 device), NSTEPS (20 per timing), SAVE_TRACE (variants whose perfetto trace to keep),
 OUT (folder for step_profile.json/.txt).
 """
-import collections, dataclasses, functools, glob, gzip, json, os, statistics, sys, time
+import collections, glob, gzip, json, os, statistics, sys, time
 import numpy as np, jax, jax.numpy as jnp, optax
 import jaxflowers as jf
-from jaxflowers.train import _Run
+from jaxflowers.data.loader import ResidentData
 from jaxflowers.parallel import DataParallel, select_devices
-from jaxflowers.step import init_state
+from jaxflowers.program import TrainProgram
 
 OUT = os.environ.get("OUT", "."); os.makedirs(OUT, exist_ok=True)
 SIZE = int(os.environ.get("SIZE", 224)); MODEL = os.environ.get("MODEL", "resnet50")
@@ -134,19 +134,23 @@ def data_parallel(reduce, dtype=jnp.bfloat16):
 
 
 def ours(nd, solver, aug, layout=None):
+    """``train``'s own compiled block (``TrainProgram``) on a resident synthetic set."""
     rng = np.random.default_rng(0)
     n = 3670
     data = jf.data.ImageSet(rng.integers(0, 256, (n, SIZE, SIZE, 3), dtype=np.uint8), rng.integers(0, 5, n), tuple("abcde"))
     a = jf.data.Augmentation(reflect_x=True, translate_x=(-30, 30), translate_y=(-30, 30)) if aug else None
-    opts = jf.TrainingOptions(solver=solver, mini_batch_size=BATCH * nd, num_devices=nd, augmentation=a,
+    opts = jf.TrainingOptions(solver=solver, mini_batch_size=BATCH * nd, augmentation=a,
                               max_epochs=200, verbose=False, shuffle="every-epoch")
     par = DataParallel(select_devices("auto", nd), "shard_map")
-    run = _Run(data, build_model(), opts, par)
-    if layout == "tree":  # parameters per leaf: per-leaf all-reduce and solver update
-        run.cfg = dataclasses.replace(run.cfg, flat=None)
-    st = par.put(init_state(run.model, run.cfg.tx, run.input_shape, 0, run.cfg.flat))
-    fn = run._compile(st)
-    return _caller(lambda st, limit, _: fn(st, limit), st, run.total, None), nd
+    execution = jf.ExecutionOptions(num_devices=nd, parameter_layout=layout or "auto")
+    feed = ResidentData(data, mini_batch_size=BATCH * nd, num_epochs=200, shuffle="every-epoch", seed=0)
+    resolved = execution.resolve(par.devices[0].platform, (SIZE, SIZE, 3), streamed=False)
+    program = TrainProgram(par, build_model(), opts, resolved, feed=feed, input_shape=(SIZE, SIZE, 3))
+    ready = program.prepare()
+    held, total = [ready.state], feed.order.shape[0]
+    def call():
+        held[0], metrics = ready.run(held[0], total); return metrics
+    return call, nd
 
 def summarize(path, steps, tag):
     ev = json.load(gzip.open(path))

@@ -15,6 +15,7 @@ from jaxflowers.lazy import lazy_names
 
 _EXPORTS = {
     "TrainingOptions": "jaxflowers.options", "scale_for_devices": "jaxflowers.options",
+    "ExecutionOptions": "jaxflowers.execution",
     "Labels": "jaxflowers.predict", "accuracy": "jaxflowers.predict",
     "classify": "jaxflowers.predict", "confusion_matrix": "jaxflowers.predict",
     "predict": "jaxflowers.predict", "scores_to_labels": "jaxflowers.predict",

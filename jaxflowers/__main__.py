@@ -227,11 +227,12 @@ def _train(args) -> int:
     model, opts = _recipe(args, model_name, len(devices), train_set, test_set)
     clock.append(time.perf_counter())
     with _stage("training"):
-        net, info = jf.train(train_set, model, opts, **_resume(args))
+        net, info = jf.train(train_set, model, opts, execution=_execution(args),
+                             **_resume(args))
     clock.append(time.perf_counter())
     kept = _keep(args, net, info, main_process)
     with _stage("testing the network", kept):
-        scores = jf.predict(net, test_set, num_devices=args.devices)
+        scores = jf.predict(net, test_set, **_execution(args))
     clock.append(time.perf_counter())
     if main_process:
         _report(info, clock, jf.accuracy(jf.scores_to_labels(scores, net.class_names),
@@ -295,7 +296,7 @@ def _recipe(args, model_name: str, device_count: int, train_set, test_set):
 
     model = recipes.build_model(model_name, len(train_set.class_names), depth=args.depth)
     common = dict(validation_data=test_set, seed=args.seed, verbose=not args.quiet,
-                  **_execution(args), **_checkpointing(args))
+                  **_checkpointing(args))
     if args.epochs:
         common["max_epochs"] = args.epochs
     if model_name == "resnet50":
@@ -309,7 +310,8 @@ def _recipe(args, model_name: str, device_count: int, train_set, test_set):
 
 
 def _execution(args) -> dict:
-    """How the run executes: which devices, and how the step is mapped over them."""
+    """``ExecutionOptions`` fields of the flags (which devices, how the step is mapped over
+    them), which ``predict`` takes too."""
     return {"num_devices": args.devices, "strategy": args.strategy}
 
 
@@ -331,13 +333,15 @@ def _keep(args, net, info, main_process: bool) -> tuple[str, ...]:
     """Write metrics.csv and (``--save``) the network, on process 0; raise
     :class:`Interrupted` or :class:`Diverged` when training did not finish (in every
     process, so all of them stop). Returns what was written."""
+    from jaxflowers import loop
+
     metrics = os.path.join(args.out, "metrics.csv")
     if main_process:
         info.to_csv(metrics)
-    if info.stop_reason == "interrupted":
-        checkpoint = getattr(info, "checkpoint_path", None)
-        where = (f"the checkpoint is in {checkpoint} (continue with --resume)" if checkpoint
-                 else "no checkpoint was written (--checkpoint-dir DIR keeps one)")
+    if info.stop_reason == loop.INTERRUPTED:
+        where = (f"the checkpoint is in {info.checkpoint} (continue with --resume)"
+                 if info.checkpoint else "no checkpoint was written (--checkpoint-dir DIR "
+                                         "keeps one)")
         raise Interrupted(f"interrupted after iteration {len(info.loss)}: {where}; history in "
                           f"{metrics}")
     if info.diverged:

@@ -41,7 +41,8 @@ import numpy as np
 
 from jaxflowers.data.augment import Augmentation
 from jaxflowers.data.imageset import ImageSet
-from jaxflowers.options import PRECISIONS, STRATEGIES, TrainingOptions, scale_for_devices
+from jaxflowers.execution import PRECISIONS, STRATEGIES, ExecutionOptions
+from jaxflowers.options import TrainingOptions, scale_for_devices
 
 SCALINGS = ("weak", "strong")
 PEER_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "peer_torch.py"
@@ -148,7 +149,8 @@ class _SyncClock:
         return np.diff([self.marks[i] for i in needed]).tolist()
 
 
-def measure(data, model, options: TrainingOptions, *, window_steps: int, windows: int) -> dict:
+def measure(data, model, options: TrainingOptions, *, window_steps: int, windows: int,
+            execution=None) -> dict:
     """Train once and time ``windows`` windows of ``window_steps`` iterations (see module doc).
 
     Returns:
@@ -165,7 +167,7 @@ def measure(data, model, options: TrainingOptions, *, window_steps: int, windows
         verbose=False, verbose_frequency=window_steps, output_fn=clock, validation_data=None,
         plots="none", max_epochs=math.ceil(clock.last / per_epoch))
     t0 = time.perf_counter()
-    net, info = train(data, model, options)
+    net, info = train(data, model, options, execution=execution)
     wall = time.perf_counter() - t0
     spans = clock.windows()
     median = statistics.median(spans)
@@ -183,8 +185,7 @@ def config_options(spec: BenchModel, settings: BenchSettings, *, strategy: str,
     """SGDM options for one configuration; weak scaling via ``scale_for_devices``."""
     per_device = settings.per_device_batch or spec.per_device_batch
     base = TrainingOptions(solver="sgdm", mini_batch_size=per_device, shuffle="every-epoch",
-                           augmentation=spec.augmentation, precision=settings.precision,
-                           strategy=strategy, num_devices=devices, seed=settings.seed,
+                           augmentation=spec.augmentation, seed=settings.seed,
                            verbose=False)
     if scaling == "weak":  # batch x N and learning rate x N, MATLAB's multi-GPU rule
         return scale_for_devices(base, devices, verbose=False)
@@ -198,7 +199,8 @@ def _record(spec, settings, options, strategy, scaling, n, data) -> dict:
               "per_device_batch": options.mini_batch_size // n,
               "learn_rate": options.learn_rate, "image_size": spec.image_size,
               "num_images": len(data), "window_steps": window}
-    record.update(measure(data, spec.build(), options, window_steps=window,
+    execution = ExecutionOptions(precision=settings.precision, strategy=strategy, num_devices=n)
+    record.update(measure(data, spec.build(), options, execution=execution, window_steps=window,
                           windows=settings.windows))
     print(f"  {spec.name} {strategy} {scaling} {n} device(s): batch {record['global_batch']}, "
           f"compile {record['compile_s']:.1f} s, {record['images_per_s']:.1f} images/s, "

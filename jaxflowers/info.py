@@ -32,7 +32,8 @@ class TrainingInfo:
     num_devices: int = 1
     data_placement: str = "resident"  # "resident" (copied to the devices) or "stream"
     stopped_early: bool = False  # training ended before max_epochs (see stop_reason)
-    stop_reason: str = "max-epochs"  # why training ended, in words (MATLAB's info.StopReason)
+    stop_reason: str = "max epochs completed"  # why training ended (MATLAB: StopReason)
+    checkpoint: str | None = None  # folder of the newest checkpoint written, if any
 
     @property
     def diverged(self) -> bool:

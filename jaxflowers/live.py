@@ -114,6 +114,13 @@ class TrainingProgressPlot(_LivePlot):
         self.info = info
         self._changed()
 
+    def close(self, info=None) -> None:
+        """Take the final ``TrainingInfo`` (if given), show it and stop updating."""
+        if info is not None:
+            self.info = info
+            self._stale = True
+        super().close()
+
     def _draw(self, fig) -> None:
         gpu = self.monitor.history() if self.monitor is not None else None
         gpu = gpu if gpu is not None and gpu["time"].size else None

@@ -2,20 +2,18 @@
 from __future__ import annotations
 
 import dataclasses
-import math
+import os
 from typing import Any, Callable
 
 from jaxflowers.data.augment import Augmentation
+from jaxflowers.fields import check_choice, check_float, check_int
 
 SOLVERS = ("sgdm", "adam")
 SHUFFLES = ("once", "every-epoch", "never")
 SCHEDULES = ("none", "piecewise")
 ENVIRONMENTS = ("auto", "cpu", "gpu", "multi-gpu")
 PLOTS = ("none", "training-progress")
-PRECISIONS = ("auto", "float32", "bfloat16")
-STRATEGIES = ("shard_map", "pmap")
-PLACEMENTS = ("auto", "resident", "stream")
-PARAMETER_LAYOUTS = ("auto", "tree", "flat")
+CHECKPOINT_UNITS = ("epoch", "iteration")
 # MATLAB's default InitialLearnRate per solver.
 DEFAULT_LEARN_RATE = {"sgdm": 0.01, "adam": 0.001}
 
@@ -26,7 +24,8 @@ class TrainingOptions:
 
     Validated on construction: a bad value raises ``ValueError`` naming the field, the value
     and what is allowed. Derived values (per-device batch, steps per epoch, schedule
-    boundaries) are computed by the trainer, not stored.
+    boundaries) are computed by the trainer, not stored. How the run executes (devices,
+    precision, dispatch size, data placement) is ``ExecutionOptions``'s business.
     """
 
     solver: str = "sgdm"  # "sgdm" (SGD with momentum) or "adam"
@@ -46,43 +45,39 @@ class TrainingOptions:
     validation_frequency: int = 50  # iterations between validations
     augmentation: Augmentation | None = None  # applied on the device to training batches
     execution_environment: str = "auto"  # "auto", "cpu", "gpu" or "multi-gpu"
-    num_devices: int | None = None  # use only the first N devices of that environment
     verbose: bool = True  # print MATLAB's progress table
     verbose_frequency: int = 50  # iterations between table rows
     plots: str = "none"  # "none" or "training-progress" (live in Jupyter)
     output_fn: Callable[[dict], Any] | None = None  # called per iteration; True stops training
     seed: int = 0  # initialisation, shuffling and augmentation
-    precision: str = "auto"  # compute dtype; "auto": bfloat16 on GPU, float32 on CPU
-    sync_batch_norm: bool = False  # batch-norm statistics over the global batch
-    strategy: str = "shard_map"  # "shard_map" or "pmap"
-    steps_per_dispatch: int | None = None  # steps per compiled call; None picks by image size
-    data_placement: str = "auto"  # "resident" on every device, "stream" from host; "auto": by size
-    parameter_layout: str = "auto"  # "flat" (one vector), "tree" (per leaf); "auto": flat on GPUs
+    checkpoint_path: str | os.PathLike | None = None  # folder for checkpoints; None: none
+    checkpoint_frequency: int = 1  # save every this many checkpoint_frequency_unit
+    checkpoint_frequency_unit: str = "epoch"  # "epoch" or "iteration"
+    checkpoint_keep: int = 3  # newest checkpoints kept in checkpoint_path (older ones removed)
 
     def __post_init__(self):
-        _check_choice(self, "solver", SOLVERS)
-        _check_choice(self, "shuffle", SHUFFLES)
-        _check_choice(self, "learn_rate_schedule", SCHEDULES)
-        _check_choice(self, "execution_environment", ENVIRONMENTS)
-        _check_choice(self, "plots", PLOTS)
-        _check_choice(self, "precision", PRECISIONS)
-        _check_choice(self, "strategy", STRATEGIES)
-        _check_choice(self, "data_placement", PLACEMENTS)
-        _check_choice(self, "parameter_layout", PARAMETER_LAYOUTS)
+        check_choice(self, "solver", SOLVERS)
+        check_choice(self, "shuffle", SHUFFLES)
+        check_choice(self, "learn_rate_schedule", SCHEDULES)
+        check_choice(self, "execution_environment", ENVIRONMENTS)
+        check_choice(self, "plots", PLOTS)
+        check_choice(self, "checkpoint_frequency_unit", CHECKPOINT_UNITS)
         for name in ("mini_batch_size", "max_epochs", "learn_rate_drop_period",
-                     "validation_frequency", "verbose_frequency"):
-            _check_int(self, name, minimum=1)
-        _check_int(self, "seed", minimum=0)
-        for name in ("num_devices", "steps_per_dispatch"):
-            if getattr(self, name) is not None:
-                _check_int(self, name, minimum=1)
+                     "validation_frequency", "verbose_frequency", "checkpoint_frequency",
+                     "checkpoint_keep"):
+            check_int(self, name, minimum=1)
+        check_int(self, "seed", minimum=0)
         if self.initial_learn_rate is not None:
-            _check_float(self, "initial_learn_rate", low=0, low_open=True)
-        _check_float(self, "l2_regularization", low=0)
-        _check_float(self, "learn_rate_drop_factor", low=0, high=1)
+            check_float(self, "initial_learn_rate", low=0, low_open=True)
+        check_float(self, "l2_regularization", low=0)
+        check_float(self, "learn_rate_drop_factor", low=0, high=1)
         for name in ("momentum", "gradient_decay_factor", "squared_gradient_decay_factor"):
-            _check_float(self, name, low=0, high=1, high_open=True)
-        _check_float(self, "epsilon", low=0, low_open=True)
+            check_float(self, name, low=0, high=1, high_open=True)
+        check_float(self, "epsilon", low=0, low_open=True)
+        if self.checkpoint_path is not None and not isinstance(self.checkpoint_path,
+                                                               (str, os.PathLike)):
+            raise ValueError(f"checkpoint_path={self.checkpoint_path!r} must be a folder path "
+                             "or None")
         if self.augmentation is not None and not isinstance(self.augmentation, Augmentation):
             raise ValueError(f"augmentation={self.augmentation!r} must be a "
                              "jaxflowers.data.Augmentation or None")
@@ -112,8 +107,7 @@ def scale_for_devices(options: TrainingOptions, num_devices: int | None = None, 
 
     Args:
       options: options whose ``mini_batch_size`` is the per-device batch.
-      num_devices: N; None counts the devices ``options.execution_environment`` and
-        ``options.num_devices`` select.
+      num_devices: N; None counts every device ``options.execution_environment`` selects.
       verbose: print what changed (default: ``options.verbose``).
 
     Returns:
@@ -121,7 +115,7 @@ def scale_for_devices(options: TrainingOptions, num_devices: int | None = None, 
     """
     if num_devices is None:
         from jaxflowers.parallel import select_devices  # imports JAX only when asked to count
-        num_devices = len(select_devices(options.execution_environment, options.num_devices))
+        num_devices = len(select_devices(options.execution_environment))
     if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
         raise ValueError(f"num_devices={num_devices!r} must be a positive integer")
     scaled = options.replace(mini_batch_size=options.mini_batch_size * num_devices,
@@ -131,29 +125,6 @@ def scale_for_devices(options: TrainingOptions, num_devices: int | None = None, 
               f"{options.mini_batch_size} -> {scaled.mini_batch_size}, initial_learn_rate "
               f"{options.learn_rate:g} -> {scaled.learn_rate:g}")
     return scaled
-
-
-def _check_choice(options, name: str, allowed: tuple[str, ...]) -> None:
-    value = getattr(options, name)
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not allowed; use one of {', '.join(allowed)}")
-
-
-def _check_int(options, name: str, *, minimum: int) -> None:
-    value = getattr(options, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-
-
-def _check_float(options, name: str, *, low: float, high: float = math.inf,
-                 low_open: bool = False, high_open: bool = False) -> None:
-    value = getattr(options, name)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low)
-    ok = ok and (value < high if high_open else value <= high)
-    if not ok:
-        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        raise ValueError(f"{name}={value!r} must be a finite number in {interval}")
 
 
 def _check_data(data) -> None:

@@ -1,9 +1,10 @@
-"""Device meshes, the one place per-device functions are wrapped, and multi-host start-up.
+"""Device meshes, the wrapping of per-device functions, and multi-host start-up.
 
 A per-device function knows only the axis name ``"data"``. :class:`DataParallel` runs it on
 every device of a 1-D mesh through ``jax.shard_map`` (default) or ``jax.pmap``, and moves
 arrays into the layout each strategy expects. Nothing else in the package builds a mesh or
-calls ``shard_map``/``pmap``.
+calls ``shard_map``/``pmap``; the programs that use it are ``program.TrainProgram``'s and
+``forward.ForwardPass``'s.
 
 Several processes (hosts). After :func:`initialize` (``jax.distributed``), the mesh spans
 the devices of every process, ordered process by process, and each process runs the same
@@ -37,10 +38,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxflowers.execution import STRATEGIES
 from jaxflowers.xla_options import compiler_options
 
 AXIS = "data"
-STRATEGIES = ("shard_map", "pmap")
 REPLICATED = P()
 # Environment variables `initialize` reads for a plain (non-Slurm/MPI/Kubernetes) launch.
 COORDINATOR_ENV = "JAXFLOWERS_COORDINATOR"  # HOST:PORT of process 0

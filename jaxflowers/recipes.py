@@ -45,7 +45,7 @@ def flowers_options(device_count: int, num_train: int, *, validation_data=None,
     """The multi-GPU example: Adam, 128 images per GPU, learning rate 1e-3 scaled with the
     batch, x0.1 every 50 of 80 epochs, reflection and +-30 px translation, validation once
     per epoch. ``device_count`` GPUs scale the batch and rate; ``overrides`` are further
-    ``TrainingOptions`` fields (``num_devices`` too)."""
+    ``TrainingOptions`` fields."""
     base = TrainingOptions(
         solver="adam", initial_learn_rate=1e-3, mini_batch_size=per_device_batch,
         max_epochs=max_epochs, shuffle="every-epoch", learn_rate_schedule="piecewise",

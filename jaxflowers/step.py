@@ -1,8 +1,13 @@
 """The pure per-device training step and the block of steps one dispatch runs.
 
 These functions know the mesh axis name ``"data"`` and nothing else about devices;
-``parallel.DataParallel.wrap`` runs them on every device. Each collective says what it
-averages and why.
+``program.TrainProgram`` wraps and compiles them for every device. Each collective says
+what it averages and why.
+
+A step whose loss or gradient is not finite changes nothing: the state keeps the last
+finite network and records the iteration in ``TrainState.halted``, and every later step of
+the run is skipped, so the host learns of it from the metrics it reads anyway (no extra
+synchronisation per step).
 """
 from __future__ import annotations
 
@@ -25,7 +30,8 @@ from jaxflowers.xla_options import compiler_options
 
 @dataclasses.dataclass(frozen=True)
 class FlatParams:
-    """Where each parameter leaf lives in one float32 vector (GPUs keep parameters so).
+    """Where each parameter leaf lives in one float32 vector, the update's internal layout
+    on GPUs (``TrainProgram`` decides; nothing outside the program sees it).
 
     With the parameters, gradient and optimizer state each one vector, the all-reduce is
     one collective after the backward pass (per leaf, XLA all-reduces layer by layer and
@@ -68,12 +74,13 @@ class FlatParams:
         return jax.tree.unflatten(self.treedef, leaves)
 
 
-def uses_flat_layout(layout: str, platform: str) -> bool:
-    """Whether ``TrainingOptions.parameter_layout`` keeps the parameters as one vector:
-    "flat", or "auto" on GPUs (2.4 ms less per 2-GPU ResNet-50 Adam step on H200s,
-    benchmarks/NOTES.md). XLA:CPU runs the flat update about 2x slower than per leaf, so
-    "auto" keeps the tree on CPUs."""
-    return layout == "flat" or (layout == "auto" and platform == "gpu")
+    def tree_of(self, vector_or_tree, like_params: bool):
+        """A parameter-shaped vector unravelled (``like_params``), anything else as is."""
+        return self.unravel(vector_or_tree) if like_params else vector_or_tree
+
+    def is_vector(self, leaf) -> bool:
+        """Whether ``leaf`` is a whole parameter vector (a solver's per-parameter state)."""
+        return getattr(leaf, "shape", None) == (self.offsets[-1],)
 
 
 @flax.struct.dataclass
@@ -85,6 +92,7 @@ class TrainState:
     batch_stats: Any  # batch-norm running statistics (float32 pytree)
     opt_state: Any  # optax state
     key: jax.Array  # uint32 (2,) raw PRNG key data, fixed; per-step keys fold in `step`
+    halted: jax.Array  # int32 scalar: 0, or the iteration whose loss or gradient was not finite
 
     def stored_variables(self) -> dict:
         """``{"params": ..., "batch_stats": ...}`` as stored (flat or tree parameters)."""
@@ -113,7 +121,7 @@ class StepConfig:
 
 
 def init_state(model, tx, image_shape, seed: int, flat: FlatParams | None = None) -> TrainState:
-    """Initialise parameters (float32; one vector with ``flat``) and optimizer state on the
+    """Initial parameters (float32; one vector with ``flat``) and solver state, on the
     default device."""
     return init_program(model, tx, image_shape, seed, flat)()
 
@@ -124,19 +132,16 @@ def init_program(model, tx, image_shape, seed: int, flat: FlatParams | bool | No
 
     ``flat``: keep the parameters as one vector in this layout; ``True``: in the layout of
     the parameters the trace creates, which the program's ``flat`` attribute holds once it
-    is traced (so ``model.init`` is traced once for both: 0.24 s of a warm H200 run's main
-    thread); None: as the model's tree.
+    is traced (so ``model.init`` is traced once for both); None: as the model's tree.
     """
     @functools.partial(jax.jit, compiler_options=compiler_options())
     def _init():
-        # Both keys derived inside the program: computed eagerly, their dozen small ops each
-        # compiled on their own (~1 s on an H200 host, in every run: too quick for the
-        # compilation cache), after the process's first copy to the device (~1.8 s).
+        # Both keys derived inside the program: computed eagerly, their dozen small ops would
+        # each compile on their own, in every run.
         data_key = jax.random.split(jax.random.PRNGKey(seed))[1]
         # Initial weights from a counter-based hash generator (models.init_rng): the same
-        # initialisers and distributions, in a program that compiles ~4x faster than with
-        # JAX's generators (ResNet-50's: 2.3 s instead of 9.0 s on an H200's host).
-        # Deterministic for a seed on any backend and device count.
+        # initialisers and distributions, in a program that compiles several times faster
+        # than with JAX's generators. Deterministic for a seed on any backend and device count.
         variables = model.init(init_rng.key(seed), jnp.zeros((1, *image_shape), jnp.float32),
                                train=False)
         layout = flat
@@ -145,7 +150,8 @@ def init_program(model, tx, image_shape, seed: int, flat: FlatParams | bool | No
         params = variables["params"] if layout is None else layout.ravel(variables["params"])
         return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                           batch_stats=variables.get("batch_stats", {}),
-                          opt_state=tx.init(params), key=data_key)
+                          opt_state=tx.init(params), key=data_key,
+                          halted=jnp.zeros((), jnp.int32))
 
     _init.flat = None if flat is True else flat
     return _init
@@ -189,14 +195,27 @@ def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
         # Per-device running statistics would drift apart; average them so every replica
         # evaluates with the same model. (With sync BN they are already identical.)
         batch_stats = lax.pmean(batch_stats, AXIS)
-    updates, opt_state = cfg.tx.update(grads, state.opt_state, state.params)
-    new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                              batch_stats=batch_stats, opt_state=opt_state)
     correct = jnp.mean((jnp.argmax(logits, -1) == labels).astype(jnp.float32))
     # Mini-batch loss and accuracy of the global batch: average of the device means.
     metrics = lax.pmean({"loss": loss, "accuracy": correct}, AXIS)
+    # Judged on all-reduced values, so every device takes the same decision.
+    finite = jnp.isfinite(metrics["loss"]) & _all_finite(grads)
+    updates, opt_state = cfg.tx.update(grads, state.opt_state, state.params)
+    stepped = state.replace(step=state.step + 1,
+                            params=optax.apply_updates(state.params, updates),
+                            batch_stats=batch_stats, opt_state=opt_state)
+    # A non-finite step keeps the previous state (selected inside the update's own
+    # elementwise kernels) and records where training halted.
+    new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), stepped, state)
+    new_state = new_state.replace(halted=jnp.where(finite, 0, state.step + 1).astype(jnp.int32))
     metrics["learn_rate"] = jnp.asarray(cfg.schedule(state.step), jnp.float32)
+    metrics["finite"] = finite.astype(jnp.float32)
     return new_state, metrics
+
+
+def _all_finite(tree) -> jax.Array:
+    """Whether every element of every leaf is finite (one reduction per leaf)."""
+    return jnp.all(jnp.stack([jnp.isfinite(leaf).all() for leaf in jax.tree.leaves(tree)]))
 
 
 def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: StepConfig,
@@ -210,7 +229,8 @@ def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: 
       order: (total_steps, b) int32, this device's columns of every iteration's batch.
       stats: per-channel (mean, std), float32 (C,) each.
       limit: int32 scalar; iterations ``>= limit`` are skipped (a cheap branch), so one
-        compiled block serves every validation and table boundary.
+        compiled block serves every validation and table boundary. So is every iteration
+        once the state has halted on a non-finite step.
       length: static number of scan iterations.
 
     Returns:
@@ -224,7 +244,7 @@ def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: 
     if length == 1:
         return _single(one, state)
 
-    zeros = {"loss": jnp.float32(0), "accuracy": jnp.float32(0), "learn_rate": jnp.float32(0)}
+    zeros = {name: jnp.float32(0) for name in ("loss", "accuracy", "learn_rate", "finite")}
 
     def body(state, _):
         # Gather outside the branch: the branch's operands are then the state and one
@@ -232,7 +252,7 @@ def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: 
         idx = lax.dynamic_index_in_dim(order, jnp.minimum(state.step, order.shape[0] - 1),
                                        keepdims=False)
         batch = (jnp.take(images, idx, axis=0), jnp.take(labels, idx, axis=0))
-        return lax.cond(state.step < limit,
+        return lax.cond((state.step < limit) & (state.halted == 0),
                         lambda s, b: train_step(s, *b, stats, cfg),
                         lambda s, b: (s, zeros), state, batch)
 

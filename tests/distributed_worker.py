@@ -41,11 +41,12 @@ def train_tiny(placement="resident", max_epochs=1, output_fn=None, verbose=True)
     """``(net, info)`` of the tiny ResNet, sync batch norm, on every device of every process."""
     opts = jf.TrainingOptions(
         solver="adam", initial_learn_rate=0.05, mini_batch_size=BATCH, max_epochs=max_epochs,
-        shuffle="every-epoch", sync_batch_norm=True, verbose=verbose, verbose_frequency=1,
-        seed=3, data_placement=placement, output_fn=output_fn,
+        shuffle="every-epoch", verbose=verbose, verbose_frequency=1, seed=3,
+        output_fn=output_fn,
         augmentation=jf.data.Augmentation(reflect_x=True, translate_x=(-3, 3),
                                            translate_y=(-3, 3)))
-    return jf.train(_data(), _tiny_resnet(), opts)
+    execution = jf.ExecutionOptions(sync_batch_norm=True, data_placement=placement)
+    return jf.train(_data(), _tiny_resnet(), opts, execution=execution)
 
 
 def train_stopped():

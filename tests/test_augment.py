@@ -92,16 +92,24 @@ def test_crop_larger_than_image_is_refused():
 
 @pytest.mark.parametrize("strategy", ["shard_map", "pmap"])
 def test_resident_channel_stats_equal_the_host_ones(strategy):
-    from jaxflowers.data.loader import ResidentData, channel_stats
-    from jaxflowers.parallel import DataParallel
+    """A resident set is measured where it lies (integer sums per device); the network's
+    normalisation equals the host's float64 statistics."""
+    import flax.linen as nn
+
+    from jaxflowers.data.loader import channel_stats
+
+    class Flat(nn.Module):
+        @nn.compact
+        def __call__(self, x, train=True):
+            return nn.Dense(2)(x.reshape(x.shape[0], -1))
 
     rng = np.random.default_rng(0)
     data = jf.data.ImageSet(rng.integers(0, 256, (37, 9, 11, 3), dtype=np.uint8),
                             rng.integers(0, 2, 37), ("a", "b"))
-    parallel = DataParallel(jax.devices()[:4], strategy)
-    feed = ResidentData.place(parallel, data, mini_batch_size=8, num_epochs=1,
-                              shuffle="once", seed=0)
-    mean, std = feed.channel_stats()
+    execution = jf.ExecutionOptions(strategy=strategy, data_placement="resident")
+    net, _ = jf.train(data, Flat(), jf.TrainingOptions(mini_batch_size=8, max_epochs=1,
+                                                       verbose=False), execution=execution)
+    mean, std = net.normalization
     expected = channel_stats(data.images)
     np.testing.assert_allclose(mean, expected[0], rtol=1e-6)
     np.testing.assert_allclose(std, expected[1], rtol=1e-6)

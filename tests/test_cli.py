@@ -19,7 +19,7 @@ def test_main_job_trains_on_embedded_digits_to_95_percent(tmp_path):
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert "Training on 4 x cpu" in out  # every local device
+    assert "Training on 4 cpu devices" in out  # every local device
     assert re.search(r"\|\s+15 \|\s+180 \|", out)  # the table reached epoch 15, iteration 180
     accuracy = float(re.search(r"Test accuracy: ([\d.]+)% \(\d+ images\)", out).group(1))
     assert accuracy >= 95.0, out[-2000:]

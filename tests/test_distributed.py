@@ -127,7 +127,7 @@ def test_prediction_over_processes_scores_every_sample_once(two_processes, one_p
 @pytest.mark.slow
 def test_only_process_zero_prints_and_refusals_are_clear(two_processes):
     results, stdout = two_processes
-    assert "Training on 4 x cpu in 2 processes" in stdout[0] and "|   Epoch" not in stdout[1]
+    assert "Training on 4 cpu devices in 2 processes" in stdout[0] and "|   Epoch" not in stdout[1]
     assert "Training on" not in stdout[1]
     for r in results:
         assert "already called" in str(r["second_call_error"])

@@ -592,7 +592,7 @@ def _stopped_training(stop_reason: str):
             iteration=np.arange(1, 4), epoch=np.ones(3, int), loss=loss,
             accuracy=np.full(3, 10.0), learn_rate=np.full(3, 1e-3),
             validation_iteration=np.zeros(0, int), validation_loss=np.zeros(0),
-            validation_accuracy=np.zeros(0), stopped_early=stop_reason != "max-epochs",
+            validation_accuracy=np.zeros(0), stopped_early=stop_reason != "max epochs completed",
             stop_reason=stop_reason)
         return _tiny_net(classes=tuple(data.class_names)), info
     return train
@@ -618,7 +618,7 @@ def test_ctrl_c_in_training_is_one_line_and_130(capsys, tmp_path, monkeypatch):
 
 
 def test_ctrl_c_while_testing_keeps_the_saved_network(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(jf, "train", _stopped_training("max-epochs"))
+    monkeypatch.setattr(jf, "train", _stopped_training("max epochs completed"))
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -12,8 +12,6 @@ from jaxflowers.optim import learn_rate_schedule
     ("learn_rate_schedule", "cosine", "learn_rate_schedule='cosine'"),
     ("execution_environment", "tpu", "execution_environment='tpu'"),
     ("plots", "yes", "plots='yes'"),
-    ("precision", "float16", "precision='float16'"),
-    ("strategy", "pjit", "strategy='pjit'"),
     ("mini_batch_size", 0, "mini_batch_size=0 must be an integer >= 1"),
     ("mini_batch_size", 12.5, "mini_batch_size=12.5"),
     ("max_epochs", True, "max_epochs=True"),
@@ -21,8 +19,6 @@ from jaxflowers.optim import learn_rate_schedule
     ("validation_frequency", 0, "validation_frequency=0"),
     ("verbose_frequency", 0, "verbose_frequency=0"),
     ("seed", -3, "seed=-3"),
-    ("num_devices", 0, "num_devices=0"),
-    ("steps_per_dispatch", 0, "steps_per_dispatch=0"),
     ("initial_learn_rate", 0.0, r"initial_learn_rate=0.0 must be a finite number in \(0, inf\]"),
     ("initial_learn_rate", float("nan"), "initial_learn_rate=nan"),
     ("l2_regularization", -1e-4, "l2_regularization=-0.0001"),
@@ -34,10 +30,42 @@ from jaxflowers.optim import learn_rate_schedule
     ("augmentation", "flip", "augmentation='flip' must be a jaxflowers.data.Augmentation"),
     ("output_fn", 3, "output_fn=3 must be callable"),
     ("validation_data", np.zeros(3), "validation_data=ndarray lacks images, labels, class_names"),
+    ("checkpoint_frequency", 0, "checkpoint_frequency=0 must be an integer >= 1"),
+    ("checkpoint_frequency_unit", "hour", "checkpoint_frequency_unit='hour'"),
+    ("checkpoint_keep", 0, "checkpoint_keep=0"),
+    ("checkpoint_path", 3, "checkpoint_path=3 must be a folder path or None"),
 ])
 def test_every_invalid_option_names_value_and_allowed(field, value, message):
     with pytest.raises(ValueError, match=message):
         jf.TrainingOptions(**{field: value})
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("precision", "float16", "precision='float16'"),
+    ("strategy", "pjit", "strategy='pjit'"),
+    ("num_devices", 0, "num_devices=0 must be an integer >= 1 or None"),
+    ("steps_per_dispatch", 0, "steps_per_dispatch=0"),
+    ("data_placement", "disk", "data_placement='disk' is not allowed; use one of auto, "
+                               "resident, stream"),
+    ("parameter_layout", "vector", "parameter_layout='vector'"),
+    ("sync_batch_norm", 1, "sync_batch_norm=1 must be True or False"),
+])
+def test_every_invalid_execution_option_names_value_and_allowed(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        jf.ExecutionOptions(**{field: value})
+
+
+@pytest.mark.parametrize("platform, shape, streamed, expected", [
+    ("gpu", (32, 32, 3), False, ("bfloat16", 16, True)),
+    ("gpu", (224, 224, 3), False, ("bfloat16", 1, True)),
+    ("gpu", (32, 32, 3), True, ("bfloat16", 1, True)),
+    ("cpu", (32, 32, 3), False, ("float32", 1, False)),
+])
+def test_execution_auto_resolves_by_device_and_image_size(platform, shape, streamed, expected):
+    assert tuple(jf.ExecutionOptions().resolve(platform, shape, streamed=streamed)) == expected
+    chosen = jf.ExecutionOptions(precision="float32", steps_per_dispatch=4,
+                                 parameter_layout="tree").resolve(platform, shape, streamed=False)
+    assert tuple(chosen) == ("float32", 4, False)
 
 
 def test_default_learn_rate_follows_matlab_per_solver():
@@ -61,9 +89,6 @@ def test_scale_for_devices_multiplies_batch_and_rate(n, capsys):
 def test_scale_for_devices_counts_devices_and_rejects_bad_counts():
     scaled = jf.scale_for_devices(jf.TrainingOptions(mini_batch_size=8, verbose=False))
     assert scaled.mini_batch_size == 32  # conftest's 4 fake CPU devices
-    scaled = jf.scale_for_devices(jf.TrainingOptions(mini_batch_size=8, num_devices=2,
-                                                     verbose=False))
-    assert scaled.mini_batch_size == 16
     with pytest.raises(ValueError, match="num_devices=0"):
         jf.scale_for_devices(jf.TrainingOptions(), 0)
 
@@ -95,8 +120,8 @@ def test_constant_schedule():
 def test_flowers_recipe_scales_for_the_gpus_and_keeps_other_overrides():
     from jaxflowers import recipes
 
-    opts = recipes.flowers_options(2, 3303, num_devices=2, seed=3, verbose=False)
-    assert (opts.mini_batch_size, opts.num_devices, opts.seed) == (256, 2, 3)
+    opts = recipes.flowers_options(2, 3303, seed=3, verbose=False)
+    assert (opts.mini_batch_size, opts.seed) == (256, 3)
     assert opts.initial_learn_rate == pytest.approx(2e-3)
     assert opts.validation_frequency == 3303 // 256  # once per epoch
     assert (opts.solver, opts.max_epochs, opts.learn_rate_drop_period) == ("adam", 80, 50)

@@ -29,3 +29,4 @@ def test_names_load_on_first_use_and_jax_only_when_needed():
     result = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True,
                             timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+

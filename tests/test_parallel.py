@@ -30,11 +30,12 @@ def _train(solver, num_devices, strategy, sync=True):
     # 24 images, global batch 8, one epoch: exactly 3 optimizer steps.
     opts = jf.TrainingOptions(
         solver=solver, initial_learn_rate=0.05, mini_batch_size=8, max_epochs=1,
-        shuffle="every-epoch", num_devices=num_devices, strategy=strategy,
-        sync_batch_norm=sync, verbose=False, seed=3,
+        shuffle="every-epoch", verbose=False, seed=3,
         augmentation=jf.data.Augmentation(reflect_x=True, translate_x=(-3, 3),
                                            translate_y=(-3, 3)))
-    net, info = jf.train(_data(), _tiny_resnet(), opts)
+    execution = jf.ExecutionOptions(num_devices=num_devices, strategy=strategy,
+                                    sync_batch_norm=sync)
+    net, info = jf.train(_data(), _tiny_resnet(), opts, execution=execution)
     assert len(info.loss) == 3
     return net, info
 

@@ -9,7 +9,6 @@ import pytest
 import jaxflowers as jf
 from jaxflowers.data.loader import BUDGET_ENV, choose_placement, device_memory_budget
 from jaxflowers.data.stream import StreamedData, process_columns
-from jaxflowers.parallel import DataParallel
 
 
 def _numbered(n=30):
@@ -22,8 +21,7 @@ def _numbered(n=30):
 
 def test_an_epoch_reads_every_kept_sample_exactly_once():
     data = _numbered(30)  # batch 8: 3 whole batches per epoch, 6 samples dropped
-    feed = StreamedData.place(DataParallel(jax.devices()), data, mini_batch_size=8,
-                              num_epochs=2, shuffle="every-epoch", seed=5)
+    feed = StreamedData(data, mini_batch_size=8, num_epochs=2, shuffle="every-epoch", seed=5)
     batches = list(feed.batches)
     assert feed.steps_per_epoch == 3 and len(batches) == 6
     epochs = []
@@ -49,12 +47,12 @@ def _train(data, placement):
     opts = jf.TrainingOptions(
         solver="adam", initial_learn_rate=0.01, mini_batch_size=8, max_epochs=2,
         shuffle="every-epoch", seed=7, verbose=True, verbose_frequency=100,
-        data_placement=placement,
         augmentation=jf.data.Augmentation(reflect_x=True, translate_x=(-3, 3),
                                            translate_y=(-3, 3)))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        net, info = jf.train(data, jf.models.cifar_net(1), opts)
+        net, info = jf.train(data, jf.models.cifar_net(1), opts,
+                             execution=jf.ExecutionOptions(data_placement=placement))
     return net, info, out.getvalue()
 
 
@@ -69,7 +67,7 @@ def test_streamed_training_equals_resident_training(digits):
     data = digits.subset(np.arange(50))  # batch 8: 6 iterations per epoch, 2 dropped
     net_r, info_r, out_r = _train(data, "auto")  # a small set: auto keeps it resident
     net_s, info_s, out_s = _train(data, "stream")
-    assert "data resident on every device" in out_r and "data streamed from host" in out_s
+    assert "images copied to every device" in out_r and "images streamed from the host" in out_s
     assert (info_r.data_placement, info_s.data_placement) == ("resident", "stream")
     assert len(info_s.loss) == 12
     _assert_close(net_s.variables["params"], net_r.variables["params"])
@@ -92,8 +90,3 @@ def test_auto_streams_only_what_exceeds_the_budget(monkeypatch):
     assert choose_placement("auto", data, devices) == ("stream", nbytes, nbytes - 1)
     assert choose_placement("resident", data, devices).kind == "resident"  # asked for, kept
 
-
-def test_bad_data_placement_is_refused():
-    with pytest.raises(ValueError, match="data_placement='disk' is not allowed; use one of "
-                                         "auto, resident, stream"):
-        jf.TrainingOptions(data_placement="disk")

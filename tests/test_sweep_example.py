@@ -71,7 +71,7 @@ def test_cli_sweep_on_digits_trains_both_depths_and_tests_the_best(tmp_path):
     for job in (0, 1):  # two epochs, each validated once: epoch 2 is the last row
         assert re.search(rf"^\s+{job}\s+{job + 1}\s+2\s+22\s", result.stdout, re.M)
     logs = sorted((tmp_path / "tmp" / "sweep-logs").glob("job-*.log"))
-    assert len(logs) == 2 and "Training on 1 x cpu" in logs[0].read_text()
+    assert len(logs) == 2 and "Training on 1 cpu device" in logs[0].read_text()
     assert all(re.search(r"^Predicted the \d+ test images$", log.read_text(), re.M)
                for log in logs)
     assert all(0 <= a <= 100 for a in final.values())
@@ -98,7 +98,7 @@ def test_cli_sweep_on_real_photos_in_train_and_test_folders(tmp_path, shared_dat
                      result.stdout, re.M), result.stdout
     assert "Resizing 600 images" in result.stderr and "Resizing 200 images" in result.stderr
     [log] = (tmp_path / "out" / "sweep-logs").glob("job-*.log")
-    assert "Training on 1 x cpu" in log.read_text() and "Resizing" not in log.read_text()
+    assert "Training on 1 cpu device" in log.read_text() and "Resizing" not in log.read_text()
     # The job predicted its own test set (the caller only scores the best job's classes).
     assert "Predicted the 200 test images" in log.read_text()
 

@@ -13,22 +13,20 @@ pickled as a full copy), needs absl flags marked parsed in grain 0.2.18
 (``UnparsedFlagAccessError`` otherwise; the thread path reads none), and took 7 s to start
 two workers here.
 
-With several JAX processes (``parallel.initialize``) each one reads only its columns of
-every global batch (``grain.sharding.ShardByJaxProcess``: process p the p-th 1/P), and
-``DataParallel.put_process_local`` assembles the global batch from those shares, which
-the mesh lays out process by process. Every process plans the same epochs (the plan is
-seeded), so the global batches, and the numbers, are those of one process.
+With several JAX processes each one reads only its columns of every global batch
+(``grain.sharding.ShardByJaxProcess``: process p the p-th 1/P), and the training program
+assembles the global batch from those shares, which the mesh lays out process by process.
+Every process plans the same epochs (the plan is seeded), so the global batches, and the
+numbers, are those of one process.
 """
 from __future__ import annotations
 
 import os
-from typing import Callable
 
 import grain
 import numpy as np
 
-from jaxflowers.data.loader import epoch_order, steps_per_epoch
-from jaxflowers.parallel import REPLICATED, DataParallel, sharded
+from jaxflowers.data.loader import epoch_order, image_shape, steps_per_epoch
 
 # Batches grain keeps ready on the host: enough to ride out a slow read (page faults of a
 # memory map on a cold disk) without holding much memory (a 128 x 224^2 batch is 19 MB).
@@ -82,64 +80,36 @@ def host_batches(data, order: np.ndarray, *, num_threads: int | None = None,
 
 
 class StreamedData:
-    """A training set streamed from the host, one batch placed ahead of the devices.
-
-    The feed of ``train`` for sets over the device memory budget; same interface as
-    :class:`~jaxflowers.data.loader.ResidentData` (``steps_per_epoch``, ``lower``, ``use``,
-    ``close``).
+    """A training set streamed from the host batch by batch, in the resident feed's plan.
 
     Attributes:
       batches: the grain pipeline (see :func:`host_batches`) of this process's columns.
+      shape: (N, H, W, C) of the images.
+      batch_shape: (this process's columns of a global batch, H, W, C).
       steps_per_epoch: iterations per epoch.
     """
 
-    def __init__(self, parallel: DataParallel, batches: grain.IterDataset, steps: int):
-        self.parallel, self.batches, self.steps_per_epoch = parallel, batches, steps
-        self._iterator = self._next = self._compiled = None
+    kind = "stream"
 
-    @classmethod
-    def place(cls, parallel: DataParallel, data, *, mini_batch_size: int, num_epochs: int,
-              shuffle: str, seed: int) -> "StreamedData":
-        """Plan the epochs as the resident feed does; nothing is read until ``lower``."""
+    def __init__(self, data, *, mini_batch_size: int, num_epochs: int, shuffle: str, seed: int,
+                 multiprocess: bool = False):
         order = epoch_order(len(data), mini_batch_size, num_epochs, shuffle, seed)
         # A mesh within one process (even among several) needs every column here.
-        shard = (grain.sharding.ShardByJaxProcess() if parallel.multiprocess
+        shard = (grain.sharding.ShardByJaxProcess() if multiprocess
                  else grain.sharding.NoSharding())
-        order = process_columns(order, shard.shard_index, shard.shard_count)
-        return cls(parallel, host_batches(data, order),
-                   steps_per_epoch(len(data), mini_batch_size))
+        self.data, self.order = data, process_columns(order, shard.shard_index, shard.shard_count)
+        self.batches = host_batches(data, self.order)
+        self.shape = (len(data), *image_shape(data))
+        self.batch_shape = (self.order.shape[1], *self.shape[1:])
+        self.steps_per_epoch = steps_per_epoch(len(data), mini_batch_size)
+        self._iterator = None
 
-    def lower(self, step_fn: Callable, state, stats):
-        """The per-device ``step_fn(state, images, labels, stats)`` traced for the first batch,
-        which it places (``jax.stages.Lowered``); ``state`` and ``stats`` may be
-        ``jax.ShapeDtypeStruct``s."""
-        specs = (REPLICATED, sharded(0), sharded(0), REPLICATED)
-        fn = self.parallel.wrap(step_fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
-        self._iterator = iter(self.batches)
-        self._next = self._place_next()
-        return fn.lower(state, *self._next, stats)
-
-    def use(self, compiled) -> Callable:
-        """From the compiled ``lower``: ``run(state, stats, limit) -> (state, metrics)``, one
-        iteration on the next batch (``limit`` is unused: one iteration per dispatch never
-        overshoots it)."""
-        self._compiled = compiled
-        return self._run
-
-    def _run(self, state, stats, limit: int):
-        del limit
-        images, labels = self._next
-        state, metrics = self._compiled(state, images, labels, stats)  # asynchronous
-        # Read and copy batch n+1 while the devices run batch n: nothing has waited on
-        # batch n's results yet, so the copy overlaps its compute.
-        self._next = self._place_next()
-        return state, metrics
-
-    def _place_next(self):
-        batch = next(self._iterator, None)  # None after the plan's last batch
-        if batch is None:
-            return None
-        return self.parallel.put_process_local((batch["images"], batch["labels"]), sharded(0))
+    def start(self, skip: int = 0):
+        """An iterator over the plan's host batches (dicts, see :func:`host_batches`) from
+        iteration ``skip`` on (a resumed run reads nothing it has trained on)."""
+        batches = self.batches if skip == 0 else host_batches(self.data, self.order[skip:])
+        self._iterator = iter(batches)
+        return self._iterator
 
     def close(self) -> None:
         """Stop grain's reader threads (training may stop before the plan's end)."""

@@ -6,6 +6,7 @@ this module (as ``jaxflowers.sweep`` does) must not import JAX in the caller.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Mapping, Sequence
 
@@ -52,7 +53,8 @@ def train_job(*, data, model, options, seed: int | None = None):
 
     train_set, validation_set = load_data(data)
     module = build_model(model, num_classes=len(train_set.class_names))
-    return train(train_set, module, _options(options, seed, validation_set))
+    options, execution = _options(options, seed, validation_set)
+    return train(train_set, module, options, execution=execution)
 
 
 def _forward(message: dict) -> bool:
@@ -62,6 +64,9 @@ def _forward(message: dict) -> bool:
 
 
 def _options(options, seed: int | None, validation_set):
+    """(TrainingOptions, ExecutionOptions) from a job's options; ``ExecutionOptions``
+    fields given among them (e.g. ``steps_per_dispatch``) go to the second."""
+    from jaxflowers.execution import ExecutionOptions
     from jaxflowers.options import TrainingOptions
 
     if isinstance(options, TrainingOptions):
@@ -81,7 +86,9 @@ def _options(options, seed: int | None, validation_set):
         fields["validation_data"] = validation_set
     fields["output_fn"] = _forward
     fields["plots"] = "none"  # a worker has no screen: plots.sweep_progress(pool) draws
-    return TrainingOptions(**fields)
+    execution = {f.name: fields.pop(f.name) for f in dataclasses.fields(ExecutionOptions)
+                 if f.name in fields}
+    return TrainingOptions(**fields), ExecutionOptions(**execution)
 
 
 def load_data(spec) -> tuple[Any, Any]:

@@ -1,0 +1,212 @@
+"""The training loop: dispatch blocks up to each sync point, read results there, stop.
+
+A sync point is an iteration at which the host must look at results: a table row, a
+validation, a checkpoint, a plot refresh, the end. The devices run blocks of iterations
+between them with nothing read back. On accelerators the host reads a sync point's
+results one sync point late, so the devices never wait for it; on CPUs at once.
+
+Training stops at the end of the plan, when ``output_fn`` asks (every process then takes
+process 0's answer), on Ctrl-C (``interrupt``), or at the first iteration whose loss or
+gradient is not finite (the state then holds the last finite network; see ``step``).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxflowers.predict import log_softmax
+from jaxflowers.progress import Progress
+
+MAX_EPOCHS = "max epochs completed"
+OUTPUT_FN = "stopped by output_fn"
+INTERRUPTED = "interrupted"
+
+
+@dataclasses.dataclass
+class _SyncPoint:
+    """What was dispatched up to one sync point, waiting to be read."""
+
+    done: int  # iterations dispatched when it was reached
+    blocks: list  # (iterations in the block, its metrics on the device)
+    validation: Any = None  # the validation pass's handle
+    snapshot: Any = None  # a tree-form copy of the state to checkpoint
+
+
+@dataclasses.dataclass
+class Schedule:
+    """When the host looks at results, in iterations.
+
+    Attributes:
+      total: iterations of the whole plan.
+      verbose_frequency, validation_frequency, checkpoint_every: 0 where there is none.
+      plot_every: 0, or iterations between plot refreshes.
+    """
+
+    total: int
+    verbose_frequency: int = 0
+    validation_frequency: int = 0
+    checkpoint_every: int = 0
+    plot_every: int = 0
+
+    def next_sync(self, done: int) -> int:
+        """The first iteration after ``done`` at which the host looks at results."""
+        candidates = [self.total] + [_next_multiple(done, every) for every in (
+            self.verbose_frequency, self.validation_frequency, self.checkpoint_every,
+            self.plot_every) if every]
+        if done == 0:
+            candidates.append(1)  # MATLAB prints the first iteration
+        return min(candidates)
+
+    def validates(self, done: int) -> bool:
+        return bool(self.validation_frequency) and (
+            done % self.validation_frequency == 0 or done == self.total)
+
+    def checkpoints(self, done: int) -> bool:
+        return bool(self.checkpoint_every) and done % self.checkpoint_every == 0
+
+
+class TrainingLoop:
+    """Runs one training from ``start`` to the end of ``schedule`` (or an earlier stop).
+
+    Args:
+      program: the ``TrainProgram``; ``ready`` what its ``prepare`` returned.
+      progress: where results go.
+      schedule: the sync points.
+      look_ahead: sync points by which the host reads results late (0 or 1).
+      interrupt: an ``interrupt.Interrupt`` (Ctrl-C), or None.
+      checkpoints: ``(checkpointer, record_fn)`` or None; ``record_fn(iteration)`` gives a
+        checkpoint's JSON record.
+    """
+
+    def __init__(self, program, ready, progress: Progress, schedule: Schedule, *,
+                 look_ahead: int, interrupt=None, checkpoints=None):
+        self.program, self.ready, self.progress, self.schedule = program, ready, progress, schedule
+        self.look_ahead, self.interrupt, self.checkpoints = look_ahead, interrupt, checkpoints
+        self.stop_reason: str | None = None
+        self.last_checkpoint = None
+        self._validation_wait = 0.0
+
+    def run(self, state, start: int = 0):
+        """Train from iteration ``start``; returns the final state and the loop's timings."""
+        queue: collections.deque[_SyncPoint] = collections.deque()
+        done, t0 = start, time.perf_counter()
+        while done < self.schedule.total and not self._stopping():
+            limit = self.schedule.next_sync(done)
+            point = _SyncPoint(limit, [])
+            while done < limit and not self._stopping():
+                state, metrics = self.ready.run(state, limit)
+                point.blocks.append((min(self.program.block_length, limit - done), metrics))
+                done += point.blocks[-1][0]
+                if self.progress.output_fn is not None and len(point.blocks) > 1:
+                    self._drain(point.blocks[:-1])  # output_fn sees each iteration promptly
+                    del point.blocks[:-1]
+            point.done = done
+            self._dispatch_extras(point, state)
+            queue.append(point)
+            while len(queue) > self.look_ahead:
+                self._record(queue.popleft())
+        while queue:
+            self._record(queue.popleft())
+        jax.block_until_ready(state)
+        train_time = time.perf_counter() - t0
+        images = (self.progress.iterations_done - start) * self.program.options.mini_batch_size
+        timings = {"train_time": train_time, "validation_time": self._validation_wait,
+                   "images_per_second": images / max(train_time - self._validation_wait, 1e-9)}
+        return state, timings
+
+    def final_checkpoint(self, state) -> None:
+        """Checkpoint ``state`` now (after an interrupt), unless it is the newest already."""
+        if self.checkpoints is None or self.stop_reason is None:
+            return
+        done = self.progress.iterations_done
+        if self.last_checkpoint is None or self.last_checkpoint[0] != done:
+            self._save(done, self.program.tree_state(state))
+
+    def _dispatch_extras(self, point: _SyncPoint, state) -> None:
+        """Start the validation pass and the checkpoint copy due at ``point``."""
+        if self.ready.validation is not None and self.schedule.validates(point.done):
+            placed, _, stats = self.ready.validation
+            point.validation = self.program.forward.start(self.program.variables(state),
+                                                           placed, stats)
+        if self.checkpoints is not None and self.schedule.checkpoints(point.done):
+            point.snapshot = self.program.tree_state(state)
+
+    def _record(self, point: _SyncPoint) -> None:
+        """Hand a sync point's results to ``progress`` (waiting for them) and report."""
+        if self._diverged():
+            return  # the device has been skipping since; nothing new to show
+        self._drain(point.blocks)
+        if self._diverged():
+            self.progress.report()
+            return
+        if point.validation is not None:
+            t_val = time.perf_counter()
+            logits = self.program.forward.fetch(point.validation)
+            self.progress.add_validation(point.done, *_score(logits, self.ready.validation[1]))
+            self._validation_wait += time.perf_counter() - t_val
+        if point.snapshot is not None:
+            self._save(point.done, point.snapshot)
+        self.progress.report()
+
+    def _drain(self, blocks) -> None:
+        """Fetch finished blocks' metrics (a host sync) and record their iterations, up to
+        and including the first one that was not finite."""
+        fetched = self.program.parallel.get([m for _, m in blocks])
+        for (count, _), metrics in zip(blocks, fetched):
+            if self._diverged():
+                return
+            finite = metrics["finite"][:count]
+            bad = np.flatnonzero(finite == 0)
+            count = int(bad[0]) + 1 if bad.size else count
+            self.progress.add(metrics["loss"][:count], metrics["accuracy"][:count],
+                              metrics["learn_rate"][:count])
+            if bad.size:
+                self.stop_reason = _divergence(float(metrics["loss"][count - 1]),
+                                               self.progress.iterations_done)
+
+    def _save(self, iteration: int, snapshot) -> None:
+        checkpointer, record = self.checkpoints
+        self.last_checkpoint = (iteration, checkpointer.save(iteration, snapshot, record(iteration)))
+
+    def _diverged(self) -> bool:
+        return self.stop_reason is not None and self.stop_reason not in (OUTPUT_FN, INTERRUPTED)
+
+    def _stopping(self) -> bool:
+        if self.stop_reason is not None:
+            return True
+        parallel = self.program.parallel
+        if self.progress.output_fn is not None and parallel.multiprocess:
+            # Only process 0 runs output_fn: every process takes its answer.
+            self.progress.stop_requested = bool(parallel.from_main_process(
+                np.bool_(self.progress.stop_requested)))
+        if self.progress.stop_requested:
+            self.stop_reason = OUTPUT_FN
+        elif self.interrupt is not None and self.interrupt.requested:
+            self.stop_reason = INTERRUPTED
+        return self.stop_reason is not None
+
+
+def _divergence(loss: float, iteration: int) -> str:
+    """The stop reason for a non-finite step (MATLAB: "Training loss is NaN")."""
+    if math.isnan(loss):
+        return f"training loss is NaN at iteration {iteration}"
+    if math.isinf(loss):
+        return f"training loss is Inf at iteration {iteration}"
+    return f"gradient is not finite at iteration {iteration}"
+
+
+def _score(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """Validation loss and accuracy (a fraction) from the validation set's logits."""
+    log_probs = log_softmax(logits)
+    loss = -np.mean(log_probs[np.arange(len(labels)), labels])
+    return float(loss), float(np.mean(np.argmax(log_probs, axis=1) == labels))
+
+
+def _next_multiple(done: int, every: int) -> int:
+    return (done // every + 1) * every

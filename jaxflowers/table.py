@@ -1,0 +1,75 @@
+"""MATLAB's verbose training table, printed from a ``History``."""
+from __future__ import annotations
+
+import sys
+import time
+
+from jaxflowers.history import History
+
+_COLUMNS = ("Epoch", "Iteration", "Time Elapsed", "Mini-batch", "Validation", "Mini-batch",
+            "Validation", "Base Learning")
+_COLUMNS_2 = ("", "", "(hh:mm:ss)", "Accuracy", "Accuracy", "Loss", "Loss", "Rate")
+_WIDTHS = (7, 11, 14, 12, 12, 12, 12, 15)
+_RULE = "|" + "=" * (sum(_WIDTHS) + 3 * len(_WIDTHS) - 1) + "|"
+
+
+class VerboseTable:
+    """Prints a row for the first iteration, every ``frequency``-th, every validation and the
+    last, as MATLAB's ``Verbose`` output does.
+
+    Args:
+      history: the record the rows come from.
+      frequency: iterations between rows (MATLAB's ``VerboseFrequency``).
+      stream: where to print (default ``sys.stdout``).
+    """
+
+    def __init__(self, history: History, frequency: int, stream=None):
+        self.history, self.frequency = history, frequency
+        self.stream = stream or sys.stdout
+        self._printed = self._last_row = history.iterations_done
+        self._t0 = time.perf_counter()
+
+    def header(self, summary: str) -> None:
+        """Print ``summary`` and the column names; start the clock."""
+        self._t0 = time.perf_counter()
+        print(summary, file=self.stream)
+        for names in (None, _COLUMNS, _COLUMNS_2, None):
+            print(_RULE if names is None else "|" + "|".join(
+                f" {n:^{w}} " for n, w in zip(names, _WIDTHS)) + "|", file=self.stream)
+
+    def rows(self, *, final: bool = False) -> None:
+        """Print the rows due up to the last recorded iteration (and the last one if
+        ``final``)."""
+        done = self.history.iterations_done
+        validated = set(self.history.validations["iteration"])
+        due = [it for it in range(self._printed + 1, done + 1)
+               if it == 1 or it % self.frequency == 0 or it in validated]
+        if final and done > self._last_row and done not in due:
+            due.append(done)
+        for it in due:
+            print(self._row(it), file=self.stream)
+            self._last_row = it
+        self._printed = done
+        self.stream.flush()
+
+    def footer(self, stop_reason: str) -> None:
+        """Close the table and say why training ended (MATLAB's "Training finished: ...")."""
+        print(_RULE, file=self.stream)
+        print(f"Training finished: {stop_reason}.", file=self.stream, flush=True)
+
+    def _row(self, iteration: int) -> str:
+        row = self.history.row(iteration)
+        validation = self.history.validation_at(iteration)
+        v_loss, v_acc = validation if validation else (None, None)
+        elapsed = int(time.perf_counter() - self._t0)
+        cells = (row["epoch"], iteration,
+                 f"{elapsed // 3600:02d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}",
+                 f"{row['accuracy']:.2f}%", "" if v_acc is None else f"{v_acc:.2f}%",
+                 _number(row["loss"]), "" if v_loss is None else _number(v_loss),
+                 f"{row['learn_rate']:.4g}")
+        return "|" + "|".join(f" {str(c):>{w}} " for c, w in zip(cells, _WIDTHS)) + "|"
+
+
+def _number(value: float) -> str:
+    """A loss in a table cell: 4 decimals, or 4 significant digits once it is large."""
+    return f"{value:.4f}" if abs(value) < 1e5 else f"{value:.4g}"
