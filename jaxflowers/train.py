@@ -18,6 +18,7 @@ import numpy as np
 
 from jaxflowers import checkpoint as checkpoint_lib
 from jaxflowers import interrupt
+from jaxflowers.checks import check_training
 from jaxflowers.data.loader import ResidentData, choose_placement, image_shape
 from jaxflowers.execution import ExecutionOptions
 from jaxflowers.history import History
@@ -62,6 +63,7 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     """
     if not isinstance(options, TrainingOptions):
         raise TypeError(f"options must be TrainingOptions, not {type(options).__name__}")
+    check_training(data, model, options)
     execution = _execution(execution)
     parallel = DataParallel(select_devices(options.execution_environment, execution.num_devices),
                             execution.strategy)

@@ -51,16 +51,16 @@ def digits():
 def count_decodes(monkeypatch):
     """Counts calls of the decode function that the resize cache build uses, in this
     process only: a build in decode processes (many local files) counts nothing here."""
-    from jaxflowers.data import cache as cache_lib
+    from jaxflowers.data import imread
 
     calls = []
-    real = cache_lib.decode_image
+    real = imread.decode_image
 
     def counting(data, image_size):
         calls.append(1)
         return real(data, image_size)
 
-    monkeypatch.setattr(cache_lib, "decode_image", counting)
+    monkeypatch.setattr(imread, "decode_image", counting)
     return calls
 
 
