@@ -71,9 +71,6 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     feed = _feed(data, options, execution, parallel)
     shape = image_shape(data)
     input_shape = options.augmentation.output_shape(shape) if options.augmentation else shape
-    if options.validation_data is not None and image_shape(options.validation_data) != input_shape:
-        raise ValueError(f"validation_data images are {image_shape(options.validation_data)} "
-                         f"but training feeds the network {input_shape}")
     platform = parallel.devices[0].platform
     resolved = execution.resolve(platform, input_shape, streamed=feed.kind == "stream")
     program = TrainProgram(parallel, model, options, resolved, feed=feed,
