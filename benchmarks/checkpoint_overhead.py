@@ -5,7 +5,7 @@ checkpoint every N epochs, and how long each save held the training loop.
 
 DATA: a folder of class folders (``benchmarks/synthetic_folders.py flowers DEST`` writes
 one the size of Flowers). Both runs share the process, so the second finds its programs
-compiled; the order alternates (without, with, without) and the table gives each run's
+compiled; the order alternates (without, with, ...) and the table gives each run's
 training seconds, the saves' own seconds (the time ``save`` held the loop: the device-to-
 host copy) and the files' size.
 """
@@ -21,6 +21,7 @@ def main() -> None:
     parser.add_argument("data")
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--every", type=int, default=10, help="epochs between checkpoints")
+    parser.add_argument("--rounds", type=int, default=1, help="pairs of runs (without, with)")
     parser.add_argument("--out", help="append the rows as JSON lines here")
     args = parser.parse_args()
 
@@ -44,7 +45,7 @@ def main() -> None:
 
     checkpoint.Checkpointer.save = timed_save
     rows = []
-    for with_checkpoints in (False, True, False, True):
+    for with_checkpoints in (False, True) * args.rounds:
         folder = tempfile.mkdtemp(prefix="checkpoints-") if with_checkpoints else None
         opts = recipes.flowers_options(len(devices), len(train_set), validation_data=test_set,
                                        max_epochs=args.epochs, verbose=False,

@@ -121,8 +121,8 @@ class TrainingLoop:
         return state, timings
 
     def final_checkpoint(self, state) -> None:
-        """Checkpoint ``state`` now (after an interrupt), unless it is the newest already."""
-        if self.checkpoints is None or self.stop_reason is None:
+        """Checkpoint ``state`` now if Ctrl-C stopped the run, unless it is the newest already."""
+        if self.checkpoints is None or self.stop_reason != INTERRUPTED:
             return
         done = self.progress.iterations_done
         if self.last_checkpoint is None or self.last_checkpoint[0] != done:

@@ -29,3 +29,10 @@ class TrainedNet:
     @property
     def dtype(self):
         return getattr(self.model, "dtype", jnp.float32)
+
+    def save(self, path):
+        """Write this network to one file at ``path``, for ``jaxflowers.load`` (MATLAB's
+        ``save``); no pickle (see ``jaxflowers.netfile``). Returns the path."""
+        from jaxflowers.netfile import save
+
+        return save(self, path)

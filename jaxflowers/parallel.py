@@ -156,12 +156,10 @@ class DataParallel:
         """Whether each wrapped call must finish before the next one starts.
 
         XLA:CPU's collectives hang when a process with several CPU devices has more than
-        one execution in flight: across processes (gloo; jaxlib 0.10.2 and 0.12: a loop of
-        one all-reduce deadlocks within seconds), and in one process too once the devices
-        outnumber the host's threads (4 fake devices on 2 cores: a training loop that
-        queued its steps aborted at the 40 s rendezvous timeout, one device's part never
-        started). One device, or a wait after each call, runs. GPUs (NCCL streams) queue
-        freely.
+        one execution in flight: across processes (gloo), and in one process too once the
+        devices outnumber the host's threads (a device's part of a queued collective never
+        starts, and the others abort at XLA's rendezvous timeout). One device, or a wait
+        after each call, runs. GPUs (NCCL streams) queue freely.
         """
         return self.devices[0].platform == "cpu" and len(self.local_devices) > 1
 

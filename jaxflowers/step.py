@@ -201,13 +201,17 @@ def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
     # Judged on all-reduced values, so every device takes the same decision.
     finite = jnp.isfinite(metrics["loss"]) & _all_finite(grads)
     updates, opt_state = cfg.tx.update(grads, state.opt_state, state.params)
-    stepped = state.replace(step=state.step + 1,
-                            params=optax.apply_updates(state.params, updates),
-                            batch_stats=batch_stats, opt_state=opt_state)
-    # A non-finite step keeps the previous state (selected inside the update's own
-    # elementwise kernels) and records where training halted.
-    new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), stepped, state)
-    new_state = new_state.replace(halted=jnp.where(finite, 0, state.step + 1).astype(jnp.int32))
+    # A non-finite step leaves the parameters and batch-norm statistics as they were (the
+    # update is zeroed inside its own elementwise kernel) and halts the run; the solver
+    # state may then hold non-finite values, but it is never used again: every later step
+    # is skipped, and nothing is checkpointed after a halt.
+    updates = jax.tree.map(lambda u: jnp.where(finite, u, jnp.zeros((), u.dtype)), updates)
+    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+    new_state = state.replace(
+        step=jnp.where(finite, state.step + 1, state.step),
+        params=optax.apply_updates(state.params, updates),
+        batch_stats=keep(batch_stats, state.batch_stats), opt_state=opt_state,
+        halted=jnp.where(finite, 0, state.step + 1).astype(jnp.int32))
     metrics["learn_rate"] = jnp.asarray(cfg.schedule(state.step), jnp.float32)
     metrics["finite"] = finite.astype(jnp.float32)
     return new_state, metrics

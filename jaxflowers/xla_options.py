@@ -4,14 +4,11 @@ Per program (``jax.jit(..., compiler_options=...)``), so other JAX code in the p
 untouched, and never against the user: an option named in ``XLA_FLAGS`` is left to it.
 (``strategy="pmap"`` programs compile with XLA's defaults: ``jax.pmap`` takes no options.)
 
-Measured on an H200 host (16 cores, jax 0.11.2; benchmarks/NOTES.md, session 6): a trace of
-ResNet-50's cold block compile showed XLA's latency-hiding scheduler run on each of ~2,500
-autotuning candidate modules, 41 of the compile's 88 CPU-seconds. Without it and without
-the fusion autotuner the block compiled with 36 instead of 71-80 CPU-seconds, and the
-10-epoch MATLAB example's cold compile (init, block and validation at once) took 12.0 / 12.2
-instead of 16.5 / 15.2 s; the 1-GPU step took 18.63-18.77 ms with them and 18.65-18.69 ms
-without (separate processes, within their run-to-run spread). The one all-reduce of a
-multi-GPU step comes after the whole backward pass, so there is no latency to hide.
+Why these two: XLA's latency-hiding scheduler runs on each of the thousands of candidate
+modules GPU autotuning compiles, about half of a cold ResNet-50 compile's CPU time, and
+with the fusion autotuner off too the compile needs about half the CPU time, with the step
+unchanged (``benchmarks/NOTES.md``, "Compile time"). The one all-reduce of a multi-GPU
+step comes after the whole backward pass, so there is no latency to hide.
 """
 from __future__ import annotations
 

@@ -114,3 +114,88 @@ def test_a_stored_parameter_of_the_wrong_shape_is_named():
     with pytest.raises(flax.errors.ScopeParamShapeError, match='"kernel" in "/conv_init"'):
         jf.models.resnet18(5, num_filters=32).apply(variables, jnp.ones((1, 32, 32, 3)),
                                                     train=False)
+
+
+def test_cifar_net_dense_layer_starts_as_matlab_fully_connected_layer():
+    """MATLAB's fullyConnectedLayer: Glorot-uniform weights, zero biases."""
+    x = jnp.zeros((1, 32, 32, 3))
+    dense = jf.models.cifar_net(1).init(jax.random.PRNGKey(0), x, train=False)["params"]["Dense_0"]
+    fan_in, fan_out = dense["kernel"].shape
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    assert np.abs(dense["kernel"]).max() <= limit
+    assert np.std(dense["kernel"]) == pytest.approx(limit / np.sqrt(3), rel=0.15)
+    np.testing.assert_array_equal(dense["bias"], 0)
+    lecun = jf.models.cifar_net(1, dense_init="lecun_normal").init(
+        jax.random.PRNGKey(0), x, train=False)["params"]["Dense_0"]["kernel"]
+    assert np.std(lecun) < np.std(dense["kernel"])  # 1/sqrt(64) against sqrt(2/74)
+
+
+@pytest.mark.parametrize("bad", ["glorot", 3, None])
+def test_cifar_net_rejects_an_unknown_dense_initialiser(bad):
+    with pytest.raises(ValueError, match="dense_init"):
+        jf.models.cifar_net(1, dense_init=bad)
+
+
+def test_cifar_net_travels_through_the_sweep_codec():
+    """A sweep job returns its TrainedNet as JSON: every module field must be plain data."""
+    from jaxflowers.sweep import codec
+
+    model = jf.models.cifar_net(2, dense_init="lecun_normal")
+    arrays = {}
+    encoded = codec.encode_tree(model, arrays, what="model")
+    back = codec.rebuild_tagged(codec.decode_tree(encoded, arrays.__getitem__))
+    assert back == model
+
+
+class _PlainCifarNet(nn.Module):
+    """cifar_net from flax's own layers: autodiff through nn.BatchNorm, relu, max_pool."""
+
+    depth: int
+
+    @nn.compact
+    def __call__(self, x, train=True):
+        width = jf.models.cifar_width(self.depth)
+        for block, filters in enumerate((width, 2 * width, 4 * width)):
+            for _ in range(self.depth):
+                x = nn.Conv(filters, (3, 3), padding="SAME")(x)
+                x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9,
+                                         epsilon=1e-5)(x))
+            if block < 2:
+                x = nn.max_pool(x, (2, 2), (2, 2))
+        return nn.Dense(10)(nn.avg_pool(x, (8, 8), (8, 8)).reshape(x.shape[0], -1))
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_cifar_net_gradients_equal_autodiff_of_plain_flax_layers(depth):
+    """The hand-written batch-norm and max-pool backward passes, in the whole network: same
+    loss, parameter and input gradients and running statistics as flax's autodiff."""
+    x = jax.random.normal(jax.random.PRNGKey(1), (16, 32, 32, 3))
+    labels = jax.random.randint(jax.random.PRNGKey(2), (16,), 0, 10)
+    ours = jf.models.cifar_net(depth)
+    variables = ours.init(jax.random.PRNGKey(0), x, train=False)
+
+    def loss(model):
+        def fn(params, x):
+            logits, updates = model.apply({"params": params,
+                                           "batch_stats": variables["batch_stats"]},
+                                          x, train=True, mutable=["batch_stats"])
+            labels_1hot = jax.nn.one_hot(labels, 10)
+            return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * labels_1hot, -1)), updates
+        return jax.value_and_grad(fn, argnums=(0, 1), has_aux=True)(variables["params"], x)
+
+    (value, stats), grads = loss(ours)
+    (ref_value, ref_stats), ref_grads = loss(_PlainCifarNet(depth))
+    assert float(value) == pytest.approx(float(ref_value), rel=1e-6)
+    for path, got in jax.tree_util.tree_leaves_with_path((grads, stats)):
+        want = np.asarray(_at(path, (ref_grads, ref_stats)))
+        if "Conv" in jax.tree_util.keystr(path) and "bias" in jax.tree_util.keystr(path):
+            # A bias feeding batch norm has a true gradient of 0: both are rounding noise.
+            assert np.abs(got).max() < 1e-6 and np.abs(want).max() < 1e-6
+            continue
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+def _at(path, tree):
+    for key in path:
+        tree = tree[getattr(key, "key", getattr(key, "idx", None))]
+    return tree

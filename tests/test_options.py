@@ -29,6 +29,8 @@ from jaxflowers.optim import learn_rate_schedule
     ("epsilon", 0, "epsilon=0"),
     ("augmentation", "flip", "augmentation='flip' must be a jaxflowers.data.Augmentation"),
     ("output_fn", 3, "output_fn=3 must be callable"),
+    ("plots_path", 3, "plots_path=3 must be a file path or None"),
+    ("log_dir", "", "log_dir='' must be a folder path or None"),
     ("validation_data", np.zeros(3), "validation_data=ndarray lacks images, labels, class_names"),
     ("checkpoint_frequency", 0, "checkpoint_frequency=0 must be an integer >= 1"),
     ("checkpoint_frequency_unit", "hour", "checkpoint_frequency_unit='hour'"),
@@ -115,13 +117,3 @@ def test_matlab_example_schedule_80_epochs_drop_every_50():
 def test_constant_schedule():
     schedule = learn_rate_schedule(jf.TrainingOptions(initial_learn_rate=0.3), steps_per_epoch=5)
     assert float(schedule(0)) == float(schedule(10_000)) == pytest.approx(0.3)
-
-
-def test_flowers_recipe_scales_for_the_gpus_and_keeps_other_overrides():
-    from jaxflowers import recipes
-
-    opts = recipes.flowers_options(2, 3303, seed=3, verbose=False)
-    assert (opts.mini_batch_size, opts.seed) == (256, 3)
-    assert opts.initial_learn_rate == pytest.approx(2e-3)
-    assert opts.validation_frequency == 3303 // 256  # once per epoch
-    assert (opts.solver, opts.max_epochs, opts.learn_rate_drop_period) == ("adam", 80, 50)

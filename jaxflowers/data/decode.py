@@ -26,7 +26,7 @@ import tempfile
 import threading
 from typing import Iterator, Sequence
 
-from jaxflowers.data import cache as cache_lib
+from jaxflowers.data.imread import decode_rows, failure_reason, read_error
 from jaxflowers.launch import start_module
 
 # Fewer files: starting the workers (~0.3 s each, side by side) costs about what they
@@ -97,7 +97,7 @@ def decode_in_processes(path: str, offset: int, files: Sequence[str], shape: tup
                 for row, reason in message["failed"]:
                     failed[row] = reason
                     if on_error == "raise":
-                        raise cache_lib.read_error(files[row], reason)
+                        raise read_error(files[row], reason)
                 worker.rows += message["done"]
                 bar.update(message["done"])
         for worker, (lo, hi) in zip(workers, runs):
@@ -192,8 +192,8 @@ def main() -> None:
     try:
         for lo in range(first, end, _BATCH):
             rows = range(lo, min(lo + _BATCH, end))
-            failed = cache_lib.decode_rows(fd, job["offset"], files, _read, shape, rows)
-            reasons = [[row, cache_lib.failure_reason(exc)] for row, exc in sorted(failed.items())]
+            failed = decode_rows(fd, job["offset"], files, _read, shape, rows)
+            reasons = [[row, failure_reason(exc)] for row, exc in sorted(failed.items())]
             channel.write(json.dumps({"done": len(rows), "failed": reasons}) + "\n")
             channel.flush()  # a dead parent: BrokenPipeError here ends the worker
             if failed and job["stop_at_error"]:

@@ -10,8 +10,8 @@ Read-ahead uses grain's threads (``to_iter_dataset(ReadOptions(...))``), not its
 processes: the per-batch host work is one gather (a memory copy, which numpy does without
 the GIL), and ``mp_prefetch`` would pickle the images into every worker (a memory map is
 pickled as a full copy), needs absl flags marked parsed in grain 0.2.18
-(``UnparsedFlagAccessError`` otherwise; the thread path reads none), and took 7 s to start
-two workers here.
+(``UnparsedFlagAccessError`` otherwise; the thread path reads none), and its workers take
+seconds to start.
 
 With several JAX processes each one reads only its columns of every global batch
 (``grain.sharding.ShardByJaxProcess``: process p the p-th 1/P), and the training program

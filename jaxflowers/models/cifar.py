@@ -20,19 +20,24 @@ def cifar_width(depth: int) -> int:
 class CifarNet(nn.Module):
     """Three blocks of ``depth`` x [3x3 conv 'same', batch norm, ReLU] with width, 2*width
     and 4*width filters, 2x2 max pools after the first two, an 8x8 average pool and a dense
-    layer. Convolutions carry biases and Glorot-uniform weights, as MATLAB's do.
+    layer. Convolutions and the dense layer carry zero-initialised biases and Glorot-uniform
+    weights, MATLAB's defaults for ``convolution2dLayer`` and ``fullyConnectedLayer``.
 
     Attributes:
       depth: convolutions per block (1-4 in the example).
       num_classes: outputs of the dense layer.
       dtype: compute dtype; parameters stay float32.
       bn_axis_name: mesh axis for synchronised batch norm, or None.
+      dense_init: name of the ``flax.linen.initializers`` function that draws the dense
+        layer's kernel: MATLAB's "glorot_uniform" by default (flax's own default would be
+        "lecun_normal"). A name, not a function, so the module travels as JSON (sweeps).
     """
 
     depth: int
     num_classes: int = 10
     dtype: Any = jnp.float32
     bn_axis_name: str | None = None
+    dense_init: str = "glorot_uniform"
 
     @nn.compact
     def __call__(self, x, train: bool = True):
@@ -47,7 +52,9 @@ class CifarNet(nn.Module):
                 x = max_pool(x, (2, 2), strides=(2, 2))
         x = nn.avg_pool(x, (8, 8), strides=(8, 8))
         x = x.reshape(x.shape[0], -1)
-        return Dense(self.num_classes, dtype=self.dtype)(x).astype(jnp.float32)
+        kernel_init = getattr(nn.initializers, self.dense_init)()
+        logits = Dense(self.num_classes, dtype=self.dtype, kernel_init=kernel_init)(x)
+        return logits.astype(jnp.float32)
 
 
 def cifar_net(depth: int, num_classes: int = 10, **kwargs) -> CifarNet:
@@ -56,11 +63,15 @@ def cifar_net(depth: int, num_classes: int = 10, **kwargs) -> CifarNet:
     Args:
       depth: convolutions per block, a positive integer; width is ``round(16/sqrt(depth))``.
       num_classes: number of classes (10 for CIFAR-10).
-      **kwargs: ``dtype`` or ``bn_axis_name`` (see ``CifarNet``).
+      **kwargs: ``dtype``, ``bn_axis_name`` or ``dense_init`` (see ``CifarNet``).
 
     Returns:
       A ``CifarNet``; ``apply(variables, x, train=...)`` maps (B, 32, 32, 3) to (B, num_classes).
     """
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"cifar_net(depth={depth!r}): depth must be a positive integer")
+    dense_init = kwargs.get("dense_init", "glorot_uniform")
+    if not (isinstance(dense_init, str) and callable(getattr(nn.initializers, dense_init, None))):
+        raise ValueError(f"cifar_net(dense_init={dense_init!r}): name a flax.linen.initializers "
+                         'function, e.g. "glorot_uniform" or "lecun_normal"')
     return CifarNet(depth=depth, num_classes=num_classes, **kwargs)

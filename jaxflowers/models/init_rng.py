@@ -3,12 +3,11 @@
 flax draws every parameter with its own call of the key's generator, and XLA compiles
 each call into its own kernels. With JAX's generators (threefry's unrolled rounds, or
 rbg's RngBitGenerator expanded into Philox) ResNet-50's initialisation is about 600
-kernels: 9.0 s to compile on an H200's host, alone on a cold start's critical path
-(training cannot start before its weights exist). This generator computes each value
-from its position and the key in a handful of integer multiplies, shifts and xors (two
-rounds of the "lowbias32" integer finaliser, the key folded in before each): the same
-program compiled in 2.3 s there, and in 4.2 s instead of 9.3 s on a 2-core CPU
-(``benchmarks/NOTES.md``, session 5).
+kernels, slow to compile and alone on a cold start's critical path (training cannot start
+before its weights exist). This generator computes each value from its position and the
+key in a handful of integer multiplies, shifts and xors (two rounds of the "lowbias32"
+integer finaliser, the key folded in before each), which compiles several times faster
+(``benchmarks/NOTES.md``, "Compile time").
 
 It is registered with ``jax.extend.random.define_prng_impl``, so flax's initialisers use
 it unchanged through ``key(seed)``; keys split and fold in as JAX keys do. The bits are

@@ -3,10 +3,9 @@
 flax's ``Module.param`` checks, on every ``apply``, that a stored parameter has the shape
 its initialiser would give, by tracing the initialiser (``jax.eval_shape`` of a draw from
 ``random.key(0)``) for each of ResNet-50's 161 parameters, on the main thread before
-anything can compile or run. Without it, ``train``'s block lowered in 2.2-2.4 s instead of
-2.8-3.6 s on 2 CPU cores, and a warm 10-epoch run on an H200 compiled in 2.4-2.5 s instead
-of 3.3-3.7 s (benchmarks/NOTES.md, session 6). :func:`param` makes the same check from the
-shape argument itself, which is what the initialiser would have been asked for.
+anything can compile or run: a sizeable share of a warm start (``benchmarks/NOTES.md``,
+"Compile time"). :func:`param` makes the same check from the shape argument itself, which
+is what the initialiser would have been asked for.
 
 Same classes, attributes, variable names, initial values (the same ``params`` key
 sequence) and computation as flax's, so models and checkpoints are interchangeable.

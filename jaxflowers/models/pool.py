@@ -1,8 +1,8 @@
 """Max pooling whose backward pass is a gather, not XLA's select-and-scatter.
 
 ``jax.grad`` of ``lax.reduce_window(max)`` lowers to select-and-scatter, which XLA:GPU
-runs as a scatter: 0.6 ms of a 21 ms ResNet-50 step on an H200 for the stem's 3 x 3 pool
-(benchmarks/NOTES.md). Here the backward first finds, for every window, the position of
+runs as one slow scatter kernel (for ResNet-50's stem pool, one of the largest kernels of
+its step; ``benchmarks/NOTES.md``, "Step time"). Here the backward first finds, for every window, the position of
 its first maximum (row-major order, the same choice select-and-scatter makes), then gives
 every input element the sum of the output gradients of the windows that chose it: a few
 elementwise passes that XLA fuses. Results equal ``flax.linen.max_pool``'s, gradients too.
@@ -51,8 +51,8 @@ def _backward(window, strides, padding, residuals, dy):
         first = jnp.where(candidate == y, k, first)
     # Each input position i = s*q + p (phase p = i mod s) is in the windows o = q - m whose
     # offset d = p + s*m is < k: per phase, a sum of a few shifted output-sized arrays, then
-    # the phases interleaved. (Summing k*k full-size, interior-padded copies instead cost
-    # 0.68 ms of ResNet-50's step on an H200: the largest kernel of the backward pass.)
+    # the phases interleaved. (Summing k*k full-size, interior-padded copies instead was
+    # the largest kernel of ResNet-50's backward pass.)
     qh, qw = -(-hp // sh), -(-wp // sw)
     dy = dy.astype(jnp.float32)
     chosen = [jnp.where(first == k, dy, 0.0) for k in range(kh * kw)]

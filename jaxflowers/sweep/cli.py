@@ -10,11 +10,13 @@ import json
 import sys
 
 
-def add_parser(commands) -> argparse.ArgumentParser:
-    """Add the ``sweep`` subcommand to ``commands`` (an argparse subparsers object)."""
+def add_parser(commands, parents=()) -> argparse.ArgumentParser:
+    """Add the ``sweep`` subcommand to ``commands`` (an argparse subparsers object), with
+    the options of ``parents`` (parsers) too."""
     sweep = commands.add_parser(
-        "sweep", help="train cifar_net of several depths side by side (MATLAB's parfeval "
-                      "example), test the best")
+        "sweep", parents=list(parents),
+        help="train cifar_net of several depths side by side (MATLAB's parfeval example), "
+             "test the best")
     sweep.add_argument("--depths", type=_positive, nargs="+", default=[1, 2, 3, 4],
                        metavar="D", help="one job per cifar_net depth (default: 1 2 3 4)")
     sweep.add_argument("--data", default="digits",

@@ -20,8 +20,9 @@ import sys
 import time
 from typing import Any, Mapping, Sequence, TextIO
 
+from jaxflowers import recipes
 from jaxflowers.sweep import results
-from jaxflowers.sweep.jobs import load_data, train_job, job_options
+from jaxflowers.sweep.jobs import job_options, load_data, train_job
 from jaxflowers.sweep.plan import data_plan, describe, load_sets, prepare_data
 from jaxflowers.sweep.pool import DevicePool
 from jaxflowers.sweep.results import JobOutcome, ProgressTable
@@ -59,7 +60,7 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
       depth: convolutions per block of ``cifar_net``.
       max_epochs: training epochs (the example: 30).
       seed: initialisation, shuffling and augmentation.
-      options_overrides: ``TrainingOptions`` fields replacing ``recipes.sweep_options``'s,
+      options_overrides: ``TrainingOptions`` fields replacing the "sweep" recipe's,
         as ``train_job`` takes them (``augmentation`` may be a dict); a new
         ``mini_batch_size`` keeps validation at once per epoch.
 
@@ -71,7 +72,6 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
     """
     import numpy as np
 
-    from jaxflowers import recipes
     from jaxflowers.predict import predict
 
     train_set, validation_set, test_set = load_sets(data)
@@ -79,7 +79,7 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
     if "mini_batch_size" in overrides:  # keep validating once per epoch
         overrides.setdefault("validation_frequency",
                              max(1, len(train_set) // int(overrides["mini_batch_size"])))
-    options = recipes.sweep_options(len(train_set), max_epochs=max_epochs)
+    options = recipes.recipe("sweep").options(1, len(train_set), max_epochs=max_epochs)
     fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
     net, info = train_job(data={"train": train_set, "validation": validation_set},
                           model=("cifar_net", {"depth": depth}),

@@ -10,9 +10,8 @@ import dataclasses
 import os
 from typing import Any, Mapping, Sequence
 
+from jaxflowers.recipes import MODELS  # the registry's network names (imports no JAX)
 from jaxflowers.sweep.channel import report
-
-MODELS = ("cifar_net", "resnet18", "resnet34", "resnet50", "resnet101")
 
 
 def train_job(*, data, model, options, execution=None, seed: int | None = None):

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
+from jaxflowers import recipes
 from jaxflowers.sweep.jobs import load_data
 
-IMAGE_SIZE = (32, 32)  # cifar_net's input, as in the MATLAB example
+IMAGE_SIZE = recipes.IMAGE_SIZE["cifar_net"]  # as in the MATLAB example
 HOLD_OUT = (0.8, 0.1)  # digits or a plain folder: train / validation / rest for test
 CIFAR_VALIDATION = 0.1  # CIFAR-10: 5,000 of the 50,000 training images validate
 

@@ -1,0 +1,105 @@
+"""Population batch-norm statistics (MATLAB's BatchNormalizationStatistics="population"):
+exact moments of every layer's input over the data, through the public train/predict path."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxflowers as jf
+from jaxflowers.data.augment import normalize
+from jaxflowers.population import (
+    batch_moments,
+    moments_to_statistics,
+    population_statistics,
+)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """cifar_net(1) after a short SGDM run on the digits: running averages still lag."""
+    train_set, validation_set = jf.data.digits().split_each_label(0.8, seed=0)
+    opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=0.05, max_epochs=2,
+                              shuffle="every-epoch", verbose=False,
+                              validation_data=validation_set, validation_frequency=5)
+    net, info = jf.train(train_set, jf.models.cifar_net(1), opts)
+    return net, info, train_set, validation_set
+
+
+def _accuracy(net, data):
+    return jf.accuracy(jf.scores_to_labels(jf.predict(net, data), net.class_names), data.labels)
+
+
+def test_one_batch_of_everything_gives_that_batch_s_statistics(trained):
+    """With the whole set in one batch the population statistics are the batch statistics
+    training mode computes: what flax's running-average update moves towards."""
+    net, _, train_set, _ = trained
+    finished = population_statistics(net, train_set, mini_batch_size=len(train_set))
+    x = normalize(jnp.asarray(train_set.images), *net.normalization, net.dtype)
+    _, updates = net.model.apply(net.variables, x, train=True, mutable=["batch_stats"])
+    expected = jax.tree.map(lambda new, old: (new - 0.9 * old) / 0.1, updates["batch_stats"],
+                            net.variables["batch_stats"])
+    jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5),
+                 finished.variables["batch_stats"], expected)
+    # Only the statistics change.
+    jax.tree.map(np.testing.assert_array_equal, finished.variables["params"],
+                 net.variables["params"])
+
+
+def test_ragged_batches_weigh_every_image_once(trained):
+    """The first layer's input does not depend on the batching: its mean and variance over
+    ragged batches (100 + ... + a short last one) equal the whole set's, exactly."""
+    net, _, train_set, _ = trained
+    assert len(train_set) % 100
+    finished = population_statistics(net, train_set, mini_batch_size=100)
+    first = finished.variables["batch_stats"]["BatchNorm_0"]
+    x = normalize(jnp.asarray(train_set.images), *net.normalization, net.dtype)
+    conv = net.model.apply(net.variables, x, train=True, mutable=["batch_stats"],
+                           capture_intermediates=True)[1]["intermediates"]["Conv_0"]
+    out = np.asarray(conv["__call__"][0], np.float64).reshape(-1, first["mean"].shape[0])
+    np.testing.assert_allclose(first["mean"], out.mean(0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(first["var"], out.var(0), rtol=1e-4, atol=1e-5)
+
+
+def test_population_statistics_help_a_network_whose_running_averages_lag(trained):
+    net, info, train_set, validation_set = trained
+    assert _accuracy(net, validation_set) == pytest.approx(info.final_validation_accuracy / 100)
+    finished = population_statistics(net, train_set)
+    assert _accuracy(finished, validation_set) > _accuracy(net, validation_set) + 0.1
+
+
+def test_augmented_pass_is_seeded(trained):
+    net, _, train_set, _ = trained
+    augmentation = jf.data.Augmentation(reflect_x=True, translate_x=(-2, 2), translate_y=(-2, 2))
+    runs = [population_statistics(net, train_set, augmentation=augmentation, seed=s)
+            .variables["batch_stats"]["BatchNorm_0"]["mean"] for s in (0, 0, 1)]
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert not np.array_equal(runs[0], runs[2])
+
+
+def test_batch_moments_and_statistics_by_hand():
+    model = jf.models.cifar_net(1)
+    x = jax.random.normal(jax.random.PRNGKey(0), (6, 32, 32, 3))
+    variables = model.init(jax.random.PRNGKey(1), x, train=False)
+    moments = batch_moments(model, variables, x)
+    assert sorted(moments) == sorted(variables["batch_stats"])
+    assert moments["BatchNorm_0"]["moments"].shape == (2, 16)
+    stats = moments_to_statistics({"a": {"moments": jnp.array([[1.0, 2.0], [5.0, 3.0]])}})
+    np.testing.assert_allclose(stats["a"]["mean"], [1.0, 2.0])
+    np.testing.assert_allclose(stats["a"]["var"], [4.0, 0.0])  # 3 - 4 clipped at 0
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(data=np.zeros((3, 16, 16, 3), np.uint8)), "uint8 images"),
+    (dict(data=np.zeros((3, 32, 32, 3), np.float32)), "uint8 images"),
+    (dict(data=np.zeros((0, 32, 32, 3), np.uint8)), "n >= 1"),
+    (dict(mini_batch_size=0), "mini_batch_size=0"),
+    (dict(mini_batch_size=True), "mini_batch_size=True"),
+])
+def test_bad_input_is_named(trained, change, match):
+    net, _, train_set, _ = trained
+    kwargs = {"data": train_set, **change}
+    data = kwargs.pop("data")
+    before = jax.tree.map(np.array, net.variables["batch_stats"])
+    with pytest.raises(ValueError, match=match):
+        population_statistics(net, data, **kwargs)
+    jax.tree.map(np.testing.assert_array_equal, net.variables["batch_stats"], before)
