@@ -60,11 +60,11 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     """
     import jax
 
-    _check_not_started(jax)
     if not initialization_timeout > 0:
         raise ValueError(f"initialization_timeout (--init-timeout) {initialization_timeout!r} "
                          "must be a positive number of seconds")
     address, count, index = resolve(coordinator_address, num_processes, process_id)
+    _check_not_started(jax)
     watch = None
     if address is not None:  # a plain launch: check in first, then JAX
         try:

@@ -195,14 +195,17 @@ def test_processes_that_never_join_are_named_within_the_timeout(tmp_path):
      "error: --coordinator '10.0.0.1' must be HOST:PORT, e.g. 10.0.0.1:1234"),
     (["--coordinator", "h:1", "--num-processes", "2", "--process-id", "2"],
      "error: --process-id 2 must lie in 0..1 (--num-processes 2)"),
-    (["--coordinator", "h:1", "--num-processes", "2", "--process-id", "0", "--init-timeout",
-      "0"], "error: initialization_timeout (--init-timeout) 0.0 must be a positive number"),
 ])
 def test_bad_distributed_flags_give_one_line(tmp_path, args, message):
     proc = _cli(args, tmp_path)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and len(err.strip().splitlines()) == 1, err[-3000:]
     assert err.startswith(message), err
+
+
+def test_a_timeout_that_is_not_positive_is_refused():
+    with pytest.raises(ValueError, match=r"initialization_timeout \(--init-timeout\) 0 must be"):
+        distributed.initialize("h:1", 2, 0, initialization_timeout=0)
 
 
 def test_a_process_id_used_twice_is_refused_by_name(tmp_path):

@@ -1,8 +1,8 @@
 """jaxflowers objects that may cross the process boundary of a sweep, without pickle.
 
 ``TrainingOptions``, ``ExecutionOptions``, ``Augmentation`` and image sets (arguments), ``TrainedNet`` and
-``TrainingInfo`` (results) travel as their dataclass fields; the Flax modules that
-``jaxflowers.models`` exports travel as their class name and fields. The classes are
+``TrainingInfo`` (results) travel as their dataclass fields (the Flax modules of
+``jaxflowers.models`` and dtypes are ``jaxflowers.plaintree``'s own). The classes are
 named by importing them (:func:`travelling_class`), and an object travels only if its
 class *is* one of them, so moving or renaming a class breaks an import the tests run
 rather than silently refusing it. Only these classes are ever rebuilt, so a file cannot
@@ -13,7 +13,6 @@ caller's ``Future.result()`` for results.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Any
 
 # Tags of the dataclasses that travel; ``travelling_class(tag).__name__ == tag``.
@@ -51,32 +50,13 @@ def _travels(cls: type) -> str | None:
     return tag if tag in TAGS and travelling_class(tag) is cls else None
 
 
-def _model_class(name: str) -> type | None:
-    """The class ``jaxflowers.models`` exports as ``name``, or None."""
-    models = sys.modules.get("jaxflowers.models")
-    if models is None:
-        import jaxflowers.models as models
-    cls = getattr(models, name, None) if name in models.__all__ else None
-    return cls if isinstance(cls, type) else None
-
-
-def _is_model_class(cls: type) -> bool:
-    return cls.__module__.startswith("jaxflowers.models.") and _model_class(cls.__name__) is cls
-
-
 def encode(value: Any) -> tuple[str, Any] | None:
-    """(tag, plain fields) for a jaxflowers object that may travel, else None.
+    """(tag, plain fields) for a jaxflowers dataclass that may travel, else None.
 
     Raises:
       TypeError: for ``TrainingOptions`` with an ``output_fn`` (a function cannot travel;
         a job's progress reaches the caller through ``report`` and ``after_each``).
     """
-    if isinstance(value, type) and _is_model_class(value):
-        return "class", {"class": value.__name__}  # e.g. ResNet's block_cls
-    if _is_dtype(value):
-        import numpy as np
-
-        return "dtype", {"name": np.dtype(value).name}
     cls = type(value)
     if not cls.__module__.startswith("jaxflowers."):
         return None
@@ -91,23 +71,7 @@ def encode(value: Any) -> tuple[str, Any] | None:
             raise TypeError("TrainingOptions.output_fn cannot travel to a worker; report "
                             "progress with jaxflowers.sweep.report and DevicePool.after_each")
         return "dataclass", {"class": tag, "fields": fields}
-    if dataclasses.is_dataclass(value) and _is_model_class(cls):
-        return "module", {"class": cls.__name__, "fields": _module_fields(value)}
     return None
-
-
-def _module_fields(module) -> dict:
-    return {f.name: getattr(module, f.name) for f in dataclasses.fields(module)
-            if f.init and f.name not in ("parent", "name")}
-
-
-def _is_dtype(value) -> bool:
-    """A numpy or JAX scalar type such as ``np.float32``, ``jnp.float32``, ``jnp.bfloat16``."""
-    import numpy as np
-
-    if not isinstance(value, type):
-        return False
-    return issubclass(value, np.generic) or isinstance(getattr(value, "dtype", None), np.dtype)
 
 
 def rebuild(tag: str, value: dict) -> Any:
@@ -116,18 +80,7 @@ def rebuild(tag: str, value: dict) -> Any:
     Raises:
       ValueError: for a tag or class outside the fixed list.
     """
-    if tag == "dtype":
-        import numpy as np
-
-        if value["name"] == "bfloat16":
-            import ml_dtypes
-
-            return ml_dtypes.bfloat16
-        return np.dtype(value["name"]).type
-    if tag == "dataclass":
-        return travelling_class(value["class"])(**value["fields"])
-    cls = _model_class(value["class"]) if tag in ("module", "class") else None
-    if cls is None:
+    if tag != "dataclass":
         raise ValueError(f"refusing to rebuild {tag} {value.get('class')!r}: not a jaxflowers "
                          "class that may travel")
-    return cls if tag == "class" else cls(**value["fields"])
+    return travelling_class(value["class"])(**value["fields"])
