@@ -14,6 +14,8 @@ import sys
 import time
 import warnings
 
+from jaxflowers.sweep import cli as sweep_cli  # imports no JAX
+
 DEBUG_ENV = "JAXFLOWERS_DEBUG"  # "1": failures print their whole traceback
 # Errors whose message reads well alone; any other type is named before its message.
 _PLAIN_ERRORS = (ValueError, TypeError, OSError, RuntimeError, ImportError)
@@ -64,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
                              f"off; ${DEBUG_ENV}=1 does the same)")
     commands = parser.add_subparsers(dest="command", required=True)
     _train_parser(commands, common)
-    _sweep_parser(commands)
+    sweep_cli.add_parser(commands, parents=[common])
     download = commands.add_parser("download", parents=[common], help="download a data set")
     download.add_argument("name", choices=("flowers",),
                           help="the data set: flowers (the 218 MB Flowers archive, sha256-checked)")
@@ -152,59 +154,23 @@ def _distributed_arguments(train) -> None:
                        help="processes in all (default: none)")
     group.add_argument("--process-id", type=non_negative_int, metavar="I",
                        help="this process, 0..N-1 (default: none)")
-
-
-def _sweep_parser(commands) -> None:
-    sweep = commands.add_parser(
-        "sweep", help="train cifar_net of several depths side by side (MATLAB's parfeval "
-                      "example), test the best")
-    sweep.add_argument("--depths", type=int, nargs="+", default=[1, 2, 3, 4])
-    sweep.add_argument("--data", default="cifar10",
-                       help="cifar10 (TFDS, prepared; default), digits (embedded, offline), or "
-                            "a folder of class folders (or of train/ and test/)")
-    sweep.add_argument("--epochs", type=int, default=30)
-    sweep.add_argument("--devices", default="all", help="all (default) or a number of GPUs "
-                                                         "(CPU slots without GPUs)")
-    sweep.add_argument("--jobs-per-device", type=int, default=1)
-    sweep.add_argument("--out", default=".", help="folder for the PNGs and job logs")
-    sweep.add_argument("--seed", type=int, default=0)
-    sweep.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
-                       help="set a TrainingOptions field in every job (JSON value), "
-                            "e.g. --option steps_per_dispatch=1")
-
-
-def _sweep(args) -> int:
-    import json
-
-    from jaxflowers.sweep.example import DataUnavailableError, run_sweep  # imports no JAX
-
-    overrides = {}
-    for item in args.option:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--option {item!r}: use NAME=VALUE")
-        try:
-            overrides[name] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[name] = value  # a bare string such as sgdm
-    devices = int(args.devices) if args.devices.isdigit() else args.devices
-    try:
-        result = run_sweep(args.depths, data=args.data, epochs=args.epochs, devices=devices,
-                           jobs_per_device=args.jobs_per_device, out_dir=args.out,
-                           seed=args.seed, options_overrides=overrides)
-    except DataUnavailableError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"Wall time: {result.wall_time:.1f} s")
-    return 0 if result.best_depth is not None else 1
+    group.add_argument("--init-timeout", type=positive_float, default=120.0,
+                       metavar="SECONDS",
+                       help="how long every process waits for all the others to join; then "
+                            "the missing ones are named (default: 120)")
 
 
 def _join_processes(args) -> None:
     """Start jax.distributed when asked to; first, before anything starts JAX's backends."""
     if args.distributed or any(v is not None for v in (args.coordinator, args.num_processes,
                                                        args.process_id)):
-        from jaxflowers import parallel
-        parallel.initialize(args.coordinator, args.num_processes, args.process_id)
+        from jaxflowers import distributed
+        try:
+            distributed.initialize(args.coordinator, args.num_processes, args.process_id,
+                                   initialization_timeout=args.init_timeout)
+        except (ValueError, distributed.DistributedError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
 
 
 @contextlib.contextmanager
@@ -400,7 +366,7 @@ def main(argv=None) -> int:
     if getattr(args, "resume", False) and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir DIR, the folder of the run to continue")
     debug = getattr(args, "debug", False) or os.environ.get(DEBUG_ENV) == "1"
-    command = {"train": _train, "sweep": _sweep, "download": _download}[args.command]
+    command = {"train": _train, "sweep": sweep_cli.run, "download": _download}[args.command]
     with warnings.catch_warnings():  # restores the warnings' printer afterwards
         if not debug:
             warnings.showwarning = _show_warning

@@ -4,7 +4,7 @@ One zip file (stored, not compressed; every member carries a CRC-32, so damage i
 on reading) holding two members and no pickle:
 
 * ``net.json``: the format and version, and every field of the ``TrainedNet`` but its
-  variables, as the sweep's codec encodes them (the model as its class and fields, only
+  variables, as ``jaxflowers.plaintree`` encodes them (the model as its class and fields, only
   classes of ``jaxflowers.models`` rebuilt);
 * ``arrays.msgpack``: the variables and the codec's arrays (the normalization), through
   ``flax.serialization``.
@@ -35,7 +35,7 @@ def save(net, path: str | os.PathLike) -> pathlib.Path:
 
     from flax import serialization
 
-    from jaxflowers.sweep import codec
+    from jaxflowers import plaintree as codec
 
     path = pathlib.Path(path).expanduser()
     if path.is_dir():
@@ -119,7 +119,7 @@ def _decode(meta: dict, blob: bytes) -> tuple[dict, dict]:
     """(the TrainedNet's fields but its variables, the variables) of a file's contents."""
     from flax import serialization
 
-    from jaxflowers.sweep import codec
+    from jaxflowers import plaintree as codec
 
     stored = serialization.msgpack_restore(blob)
     fields = codec.rebuild_tagged(codec.decode_tree(meta["fields"],

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import queue
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import threading
 from typing import Iterator, Sequence
 
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
+from jaxflowers.launch import start_module
 
 # Fewer files: starting the workers (~0.3 s each, side by side) costs about what they
 # save; about the break-even for small PNGs on 2 CPUs (benchmarks/cache_build.py --files).
@@ -37,9 +37,6 @@ PROCESS_MIN_FILES = 2_000
 PROCESS_MIN_CPUS = 3
 _BATCH = 32  # rows between two progress messages of a worker
 _MODULE = "jaxflowers.data.decode"
-# The folder holding the ``jaxflowers`` package, put on the workers' PYTHONPATH so
-# ``python -m jaxflowers.data.decode`` works from a source checkout too.
-_PACKAGE_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 
 
 def available_cpus() -> int:
@@ -117,13 +114,10 @@ class _Worker:
     a temporary file."""
 
     def __init__(self, inbox: queue.Queue):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT,
-                                                          env.get("PYTHONPATH")]))
         self.rows = 0  # rows the worker reported done (decoded or failed)
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", _MODULE], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, env=env)
+        self.proc = start_module(_MODULE, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=self.log)
         threading.Thread(target=self._pump, args=(inbox,), daemon=True).start()
 
     def feed(self, job: dict) -> None:
