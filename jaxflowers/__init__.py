@@ -21,7 +21,7 @@ _EXPORTS = {
     "predict": "jaxflowers.predict", "scores_to_labels": "jaxflowers.predict",
     "TrainingInfo": "jaxflowers.info", "TrainedNet": "jaxflowers.net",
     "train": "jaxflowers.train", "enable_compilation_cache": "jaxflowers.compile_cache",
-    "load": "jaxflowers.netfile",
+    "load": "jaxflowers.net",
 }
 _SUBMODULES = ("data", "models", "monitor", "plots", "recipes", "sweep")
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])

@@ -36,3 +36,22 @@ class TrainedNet:
         from jaxflowers.netfile import save
 
         return save(self, path)
+
+
+def load(path) -> TrainedNet:
+    """Read a network that ``TrainedNet.save`` wrote (MATLAB's ``load`` of a saved net).
+
+    Args:
+      path: the file.
+
+    Returns:
+      The ``TrainedNet``; it predicts exactly as the saved one did.
+
+    Raises:
+      FileNotFoundError: nothing at ``path``. IsADirectoryError: ``path`` is a folder.
+      ValueError: the file is not a saved network, is damaged, or comes from a newer
+        version of jaxflowers; the message names the file.
+    """
+    from jaxflowers.netfile import read
+
+    return read(path, TrainedNet)

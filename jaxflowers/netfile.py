@@ -64,22 +64,21 @@ def save(net, path: str | os.PathLike) -> pathlib.Path:
     return path
 
 
-def load(path: str | os.PathLike):
-    """Read a network that ``TrainedNet.save`` wrote (MATLAB's ``load`` of a saved net).
+def read(path: str | os.PathLike, build):
+    """Read a network that ``TrainedNet.save`` wrote and hand its fields to ``build``.
 
     Args:
       path: the file.
+      build: called with the network's fields as keyword arguments (``TrainedNet``).
 
     Returns:
-      The ``TrainedNet``; it predicts exactly as the saved one did.
+      What ``build`` returns.
 
     Raises:
       FileNotFoundError: nothing at ``path``. IsADirectoryError: ``path`` is a folder.
       ValueError: the file is not a saved network, is damaged, or comes from a newer
         version of jaxflowers; the message names the file.
     """
-    from jaxflowers.net import TrainedNet
-
     path = pathlib.Path(path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"no saved network at {path}")
@@ -88,7 +87,7 @@ def load(path: str | os.PathLike):
     meta, blob = _read_members(path)
     try:
         fields, variables = _decode(meta, blob)
-        return TrainedNet(variables=variables, **fields)
+        return build(variables=variables, **fields)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{path} is damaged or not a saved jaxflowers network: "
                          f"{type(error).__name__}: {error}") from error
