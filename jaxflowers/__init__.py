@@ -2,7 +2,8 @@
 
 MATLAB's Deep Learning Toolbox names map to these (see the README's table):
 ``trainingOptions`` -> ``TrainingOptions``, ``trainnet`` -> ``train``,
-``minibatchpredict`` -> ``predict``, ``scores2label`` -> ``scores_to_labels``.
+``minibatchpredict`` -> ``predict``, ``scores2label`` -> ``scores_to_labels``,
+``save``/``load`` of a network -> ``TrainedNet.save``/``load``.
 
 Names load on first use (PEP 562), so ``import jaxflowers`` stays cheap and a sweep's
 caller imports no JAX before its workers start.
@@ -20,6 +21,7 @@ _EXPORTS = {
     "predict": "jaxflowers.predict", "scores_to_labels": "jaxflowers.predict",
     "TrainingInfo": "jaxflowers.info", "TrainedNet": "jaxflowers.net",
     "train": "jaxflowers.train", "enable_compilation_cache": "jaxflowers.compile_cache",
+    "load": "jaxflowers.net",
 }
 _SUBMODULES = ("data", "models", "monitor", "plots", "recipes", "schedules", "sweep")
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])

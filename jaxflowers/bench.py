@@ -17,8 +17,9 @@ Timing (one ``train`` call, so one compile, per configuration):
   * ``images_per_s`` = W x global batch / median window; ``step_s`` = median window / W;
     ``loop_images_per_s`` (warm-up included) is a cross-check. Other ``output_fn`` calls
     lag one dispatch and are not used.
-Raw numbers go to ``bench.json``; ``speedup.png`` is drawn from that file. Fake CPU
-devices share the same cores, so CPU speedups mean nothing; ``--quick`` checks the machinery.
+Raw numbers go to ``bench.json``; ``speedup.png`` (images/s and speedup) is drawn from that
+file. Several CPU devices split one host's cores, so CPU speedups mean nothing; ``--quick``
+checks the machinery.
 """
 from __future__ import annotations
 
@@ -40,15 +41,18 @@ import time
 import numpy as np
 
 from jaxflowers import recipes
+from jaxflowers.bench_report import draw, fold_peer, save, table_lines
 from jaxflowers.data.augment import Augmentation
 from jaxflowers.data.imageset import ImageSet
 from jaxflowers.execution import PRECISIONS, STRATEGIES, ExecutionOptions
 from jaxflowers.options import TrainingOptions, scale_for_devices
+from jaxflowers.plots import speedup_table
 
 SCALINGS = ("weak", "strong")
 PEER_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "peer_torch.py"
-CPU_NOTE = ("NOTE: these are fake CPU devices sharing the same cores; speedups measured "
-            "here mean nothing (run on GPUs for real numbers).")
+CPU_NOTE = ("NOTE: these CPU devices are one host's cores split into {n} (XLA's "
+            "--xla_force_host_platform_device_count); their speedups mean nothing (run on "
+            "GPUs for real numbers).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,9 +239,11 @@ def environment() -> dict:
 
     import jaxflowers
     devices = jax.local_devices()
-    return {"platform": devices[0].platform, "device_kind": devices[0].device_kind,
-            "local_device_count": len(devices), "process_count": jax.process_count(),
-            "fake_cpu_devices": devices[0].platform == "cpu" and len(devices) > 1,
+    platform_name, count = devices[0].platform, len(devices)
+    return {"platform": platform_name, "device_kind": devices[0].device_kind,
+            "local_device_count": count, "process_count": jax.process_count(),
+            "fake_cpu_devices": platform_name == "cpu" and count > 1,
+            "devices": describe_devices(platform_name, devices[0].device_kind, count),
             "jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__,
             "optax": optax.__version__, "numpy": np.__version__,
             "jaxflowers": jaxflowers.__version__, "python": platform.python_version(),
@@ -245,16 +251,22 @@ def environment() -> dict:
             "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
+def describe_devices(platform_name: str, kind: str, count: int) -> str:
+    """The devices in words, for the printout and the figure's title."""
+    if platform_name != "cpu":
+        return f"{count} x {kind}"
+    cores = f"{os.cpu_count()} cores"
+    if count == 1:
+        return f"1 CPU device (XLA:CPU on the host's {cores})"
+    return f"{count} CPU devices splitting one host's {cores}"
+
+
 def run(settings: BenchSettings) -> dict:
     """Measure every configuration of ``settings``; returns the bench JSON as a dict
     (environment, settings, results: one record per configuration, speedup, skipped)."""
-    from jaxflowers.plots import speedup_table
     env = environment()
-    if env["platform"] == "cpu":
-        print(CPU_NOTE, flush=True)
     counts = device_counts(env["local_device_count"], settings.devices)
-    print(f"jaxflowers.bench: {env['local_device_count']} x {env['device_kind']}, "
-          f"device counts {counts}", flush=True)
+    print(f"jaxflowers.bench: {env['devices']}, device counts {counts}", flush=True)
     skipped: list = []
     results = [r for name in settings.models
                for r in _model_records(parse_model(name), settings, counts, skipped)]
@@ -262,58 +274,6 @@ def run(settings: BenchSettings) -> dict:
             "environment": env, "settings": dataclasses.asdict(settings),
             "results": results, "speedup": speedup_table(results) if results else [],
             "skipped": skipped}
-
-
-def save(report: dict, path) -> pathlib.Path:
-    """Write ``report`` as JSON (atomically: a half-written file is never left behind)."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
-
-
-def draw(json_path, png_path) -> pathlib.Path:
-    """``speedup.png`` from the JSON file as written (not from in-memory numbers)."""
-    from jaxflowers.plots import speedup
-    import matplotlib.pyplot as plt
-
-    plt.close(speedup(json.loads(pathlib.Path(json_path).read_text()), path=png_path))
-    return pathlib.Path(png_path)
-
-
-def table_lines(report: dict) -> list[str]:
-    """The speedup table (``plots.speedup_table``) with batch, step time and compile time."""
-    from jaxflowers.plots import speedup_table
-    rows = speedup_table(report["results"]) if report["results"] else []
-    head = (f"{'model':<12} {'strategy':<14} {'scaling':<7} {'devices':>7} {'batch':>6} "
-            f"{'images/s':>10} {'step ms':>9} {'speedup':>8} {'effic.':>7} {'compile s':>9}")
-    lines = [head, "-" * len(head)]
-    for row in rows:
-        same = [r for r in report["results"] if all(
-            r[k] == row[k] for k in ("model", "strategy", "scaling", "devices"))]
-        lines.append(
-            f"{row['model']:<12} {row['strategy']:<14} {row['scaling']:<7} {row['devices']:>7} "
-            f"{same[0]['global_batch']:>6} {row['images_per_s']:>10.1f} "
-            f"{1e3 * statistics.median(r['step_s'] for r in same):>9.2f} "
-            f"{row['speedup']:>8.2f} {100 * row['efficiency']:>6.1f}% "
-            f"{statistics.median(r['compile_s'] for r in same):>9.1f}")
-    return lines
-
-
-def peer_ratios(report: dict) -> list[dict]:
-    """jaxflowers images/s over torch images/s for each matching model/devices/batch."""
-    ours = [r for r in report["results"] if r.get("framework") == "jaxflowers"]
-    ratios = []
-    for peer in (r for r in report["results"] if r.get("framework") == "torch"):
-        for r in ours:
-            if all(r[k] == peer[k] for k in ("model", "scaling", "devices", "per_device_batch",
-                                              "image_size")):
-                ratios.append({"model": r["model"], "devices": r["devices"],
-                               "jaxflowers": r["strategy"], "torch": peer["strategy"],
-                               "ratio": r["images_per_s"] / peer["images_per_s"]})
-    return ratios
 
 
 def run_peer(settings: BenchSettings, out: pathlib.Path, *, quick: bool) -> dict:
@@ -336,15 +296,6 @@ def run_peer(settings: BenchSettings, out: pathlib.Path, *, quick: bool) -> dict
     if done.returncode or not path.is_file():
         return {"skipped": f"peer_torch.py exited with {done.returncode}", "results": []}
     return json.loads(path.read_text())
-
-
-def fold_peer(report: dict, peer: dict) -> None:
-    """Add the peer's records to ``report`` (results, speedup) and the ratios."""
-    from jaxflowers.plots import speedup_table
-    report["peer"] = {k: v for k, v in peer.items() if k != "results"}
-    report["results"] = report["results"] + list(peer.get("results", []))
-    report["speedup"] = speedup_table(report["results"]) if report["results"] else []
-    report["peer_ratios"] = peer_ratios(report)
 
 
 def settings_from_args(args: argparse.Namespace) -> BenchSettings:
@@ -387,7 +338,7 @@ def main(argv=None) -> int:
     draw(json_path, out / "speedup.png")
     print(f"wrote {json_path} and {out / 'speedup.png'}")
     if report["environment"]["fake_cpu_devices"]:
-        print(CPU_NOTE)
+        print(CPU_NOTE.format(n=report["environment"]["local_device_count"]))
     print("\n".join(table_lines(report)))
     for r in report.get("peer_ratios", []):
         print(f"{r['model']} on {r['devices']} device(s): images/s jaxflowers {r['jaxflowers']}"

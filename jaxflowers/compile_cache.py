@@ -8,6 +8,7 @@ before the first ``train``.
 from __future__ import annotations
 
 import os
+import warnings
 
 CACHE_ENV = "JAXFLOWERS_COMPILE_CACHE"  # a folder, or "off"
 
@@ -23,18 +24,26 @@ def enable_compilation_cache(path: str | os.PathLike | None = None, *,
       min_compile_time_s: programs that compiled faster than this are not stored.
 
     Returns:
-      The folder in use, or None when switched off by the environment.
+      The folder in use, or None when switched off by the environment or when the folder
+      cannot be written: the cache is optional, so that is a warning naming the folder,
+      and the run goes on compiling everything.
     """
     import jax
 
     from jaxflowers.data.cache import default_cache_dir
+    from jaxflowers.data.files import unwritable
 
     setting = os.environ.get(CACHE_ENV, "")
     if path is None and setting.lower() == "off":
         return None
     folder = os.path.abspath(os.path.expanduser(
         str(path or setting or os.path.join(default_cache_dir(), "xla"))))
-    os.makedirs(folder, exist_ok=True)
+    problem = unwritable(folder)
+    if problem:
+        warnings.warn(f"compilation cache folder {folder} cannot be written ({problem}); going "
+                      f"on without the cache (set {CACHE_ENV} to another folder, or to off)",
+                      stacklevel=2)
+        return None
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

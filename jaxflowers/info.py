@@ -1,9 +1,15 @@
 """``TrainingInfo``: what ``train`` measured, iteration by iteration (MATLAB's ``info``)."""
 from __future__ import annotations
 
+import csv
 import dataclasses
+import os
 
 import numpy as np
+
+# The columns of ``TrainingInfo.to_csv`` / ``to_dataframe``, one row per iteration.
+COLUMNS = ("iteration", "epoch", "loss", "accuracy", "learn_rate", "validation_loss",
+           "validation_accuracy")
 
 # Stop reasons that mean the network diverged (``TrainingInfo.diverged``).
 DIVERGED_PREFIXES = ("training loss is", "gradient is")
@@ -32,7 +38,8 @@ class TrainingInfo:
     # recall, auc (fractions, macro over classes); what a progress plot draws besides loss
     validation_metrics: dict = dataclasses.field(default_factory=dict)
     output_network_iteration: int = 0  # the iteration of the returned network (MATLAB's name)
-    final_validation_loss: float | None = None  # the returned network on the validation set
+    # The returned network on the validation set (None: the last validation's scores).
+    final_validation_loss: float | None = None
     final_validation_accuracy: float | None = None  # %
     final_validation_metrics: dict = dataclasses.field(default_factory=dict)  # name -> value
     compile_time: float = 0.0  # seconds spent compiling before the first step
@@ -47,7 +54,69 @@ class TrainingInfo:
     # "interrupted", or "training loss is NaN at iteration k" and kin (diverged)
     checkpoint: str | None = None  # folder of the newest checkpoint written, if any
 
+    def __post_init__(self):
+        # train gives the returned network's scores; an info built otherwise (the record so
+        # far, during training) takes the last validation's.
+        if len(self.validation_iteration):
+            if self.final_validation_loss is None:
+                self.final_validation_loss = float(self.validation_loss[-1])
+            if self.final_validation_accuracy is None:
+                self.final_validation_accuracy = float(self.validation_accuracy[-1])
+            if not self.final_validation_metrics:
+                self.final_validation_metrics = {k: float(v[-1]) for k, v in
+                                                 self.validation_metrics.items() if len(v)}
+
     @property
     def diverged(self) -> bool:
         """Whether training stopped on a loss or gradient that was not finite."""
         return self.stop_reason.startswith(DIVERGED_PREFIXES)
+
+    def to_csv(self, path) -> str:
+        """Write the per-iteration history as CSV, one row per iteration (``writetable``).
+
+        Args:
+          path: the file to write (str or path-like); its folder must exist.
+
+        Returns:
+          The path written, as a str. The columns are ``COLUMNS``: training values on
+          every row, the validation columns filled only on the iterations validated and
+          empty elsewhere; floats are written in full precision (they read back exactly).
+        """
+        columns = self._columns()
+        path = os.fspath(path)
+        with open(path, "w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(COLUMNS)
+            for row in zip(*(columns[name].tolist() for name in COLUMNS)):
+                writer.writerow("" if v != v else v for v in row)  # NaN (no validation): empty
+        return path
+
+    def to_dataframe(self):
+        """The per-iteration history as a pandas ``DataFrame`` (MATLAB's ``TrainingHistory``
+        table), with the ``to_csv`` columns; NaN where an iteration was not validated."""
+        try:
+            import pandas
+        except ImportError as error:
+            raise ImportError("TrainingInfo.to_dataframe needs pandas (pip install pandas); "
+                              "TrainingInfo.to_csv(path) needs nothing extra") from error
+        return pandas.DataFrame(self._columns(), columns=list(COLUMNS))
+
+    def _columns(self) -> dict[str, np.ndarray]:
+        """``COLUMNS`` as arrays of one entry per iteration; NaN where not validated."""
+        iteration = np.asarray(self.iteration, dtype=np.int64)
+        where = {int(it): i for i, it in enumerate(iteration)}
+        missing = [int(it) for it in self.validation_iteration if int(it) not in where]
+        if missing:
+            raise ValueError(f"TrainingInfo: validation_iteration {missing} are not among the "
+                             f"{len(iteration)} training iterations")
+        rows = [where[int(it)] for it in self.validation_iteration]
+        columns = {"iteration": iteration, "epoch": np.asarray(self.epoch, dtype=np.int64)}
+        for name in COLUMNS[2:5]:
+            columns[name] = np.asarray(getattr(self, name), dtype=np.float64)
+        for name in COLUMNS[5:]:
+            columns[name] = np.full(len(iteration), np.nan)
+            columns[name][rows] = np.asarray(getattr(self, name), dtype=np.float64)
+        lengths = {name: len(values) for name, values in columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"TrainingInfo: per-iteration fields differ in length: {lengths}")
+        return columns

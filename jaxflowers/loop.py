@@ -118,7 +118,7 @@ class TrainingLoop:
         done, t0 = start, time.perf_counter()
         if self.objective is not None and self.objective.exhausted:
             self.stop_reason = PATIENCE  # resumed from the checkpoint of the stop
-        while done < self.schedule.total and not self._stopping():
+        while done < self.schedule.total and not self._stopping(sync_point=True):
             limit = self.schedule.next_sync(done)
             point = _SyncPoint(limit, [])
             while done < limit and not self._stopping():
@@ -221,17 +221,24 @@ class TrainingLoop:
         dispatched after it are not recorded."""
         return self.stop_reason not in (None, OUTPUT_FN, INTERRUPTED)
 
-    def _stopping(self) -> bool:
+    def _stopping(self, *, sync_point: bool = False) -> bool:
+        """Whether to stop dispatching. With several processes only process 0 runs
+        ``output_fn``: at each sync point every process takes process 0's stop request and
+        Ctrl-C (one small collective), and between sync points nothing changes, so every
+        process dispatches the same blocks."""
         if self.stop_reason is not None:
             return True
+        output_fn = self.progress.stop_requested
+        ctrl_c = self.interrupt is not None and self.interrupt.requested
         parallel = self.program.parallel
-        if self.progress.output_fn is not None and parallel.multiprocess:
-            # Only process 0 runs output_fn: every process takes its answer.
-            self.progress.stop_requested = bool(parallel.from_main_process(
-                np.bool_(self.progress.stop_requested)))
-        if self.progress.stop_requested:
+        if parallel.multiprocess:
+            if not sync_point:
+                return False
+            code = int(parallel.from_main_process(np.int32(output_fn + 2 * ctrl_c)))
+            output_fn, ctrl_c = bool(code & 1), bool(code & 2)
+        if output_fn:
             self.stop_reason = OUTPUT_FN
-        elif self.interrupt is not None and self.interrupt.requested:
+        elif ctrl_c:
             self.stop_reason = INTERRUPTED
         return self.stop_reason is not None
 

@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from jaxflowers import gpus
+
 _MIB = float(2**20)
 
 # One reader per recorded quantity; a reader the GPU does not support gives NaN.
@@ -48,40 +50,26 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _uuid_index(nv, uuid: str, count: int) -> int | None:
-    """NVML index of the one GPU whose UUID starts with ``uuid`` (CUDA accepts prefixes)."""
-    found = [i for i in range(count)
-             if _text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))).startswith(uuid)]
-    return found[0] if len(found) == 1 else None
+def _physical(nv) -> list[tuple[str, str]]:
+    """(NVML index, UUID) of every GPU, as ``gpus.visible_gpus`` takes them."""
+    return [(str(i), _text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))))
+            for i in range(nv.nvmlDeviceGetCount())]
 
 
-def _visible_indices(nv, count: int, env: str | None) -> list[int]:
+def _visible_indices(physical: list[tuple[str, str]]) -> list[int]:
     """NVML indices of the GPUs CUDA shows, in CUDA's order, from ``CUDA_VISIBLE_DEVICES``."""
-    if env is None:
-        return list(range(count))
-    visible = []
-    for entry in (e.strip() for e in env.split(",")):
-        if entry.isdigit():
-            index = int(entry) if int(entry) < count else None
-        elif entry.startswith("GPU-"):
-            index = _uuid_index(nv, entry, count)
-        else:  # "", "-1", MIG UUIDs: nothing NVML-level to watch
-            index = None
-        if index is None:  # like CUDA: an invalid entry hides itself and all after it
-            break
-        visible.append(index)
-    return visible
+    return [i for _, i in gpus.visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), physical)]
 
 
 def _select(nv, devices) -> list[int]:
     """NVML indices for ``devices`` (visible ordinals or UUIDs; None = all visible)."""
-    count = nv.nvmlDeviceGetCount()
-    visible = _visible_indices(nv, count, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    physical = _physical(nv)
+    visible = _visible_indices(physical)
     if devices is None or not visible:  # no GPU at all: record nothing, don't raise
         return visible
     chosen = []
     for dev in [devices] if isinstance(devices, (int, np.integer, str)) else devices:
-        index = (_uuid_index(nv, dev, count) if isinstance(dev, str)
+        index = (gpus.uuid_position(dev, physical) if isinstance(dev, str)
                  else visible[dev] if 0 <= dev < len(visible) else None)
         if index is None:
             raise ValueError(f"GPUMonitor(devices={devices!r}): {dev!r} is not one of the "
@@ -142,8 +130,7 @@ class GPUMonitor:
         if nv is None:
             return False
         try:
-            return len(_visible_indices(nv, nv.nvmlDeviceGetCount(),
-                                        os.environ.get("CUDA_VISIBLE_DEVICES"))) > 0
+            return len(_visible_indices(_physical(nv))) > 0
         except Exception:
             return False
         finally:

@@ -29,3 +29,29 @@ class TrainedNet:
     @property
     def dtype(self):
         return getattr(self.model, "dtype", jnp.float32)
+
+    def save(self, path):
+        """Write this network to one file at ``path``, for ``jaxflowers.load`` (MATLAB's
+        ``save``); no pickle (see ``jaxflowers.netfile``). Returns the path."""
+        from jaxflowers.netfile import save
+
+        return save(self, path)
+
+
+def load(path) -> TrainedNet:
+    """Read a network that ``TrainedNet.save`` wrote (MATLAB's ``load`` of a saved net).
+
+    Args:
+      path: the file.
+
+    Returns:
+      The ``TrainedNet``; it predicts exactly as the saved one did.
+
+    Raises:
+      FileNotFoundError: nothing at ``path``. IsADirectoryError: ``path`` is a folder.
+      ValueError: the file is not a saved network, is damaged, or comes from a newer
+        version of jaxflowers; the message names the file.
+    """
+    from jaxflowers.netfile import read
+
+    return read(path, TrainedNet)

@@ -61,6 +61,8 @@ class TrainingOptions:
     verbose: bool = True  # print MATLAB's progress table
     verbose_frequency: int = 50  # iterations between table rows
     plots: str = "none"  # "none" or "training-progress" (live in Jupyter)
+    plots_path: str | os.PathLike | None = None  # the plot's file; None: training_progress.png
+    log_dir: str | os.PathLike | None = None  # folder for TensorBoard scalars (needs tensorboardX)
     output_fn: Callable[[dict], Any] | None = None  # called per iteration; True stops training
     seed: int = 0  # initialisation, shuffling and augmentation
     checkpoint_path: str | os.PathLike | None = None  # folder for checkpoints; None: none
@@ -96,10 +98,11 @@ class TrainingOptions:
         check_float(self, "epsilon", low=0, low_open=True)
         _check_positive_or_inf(self, "gradient_threshold", integer=False)
         _check_positive_or_inf(self, "validation_patience", integer=True)
-        if self.checkpoint_path is not None and not isinstance(self.checkpoint_path,
-                                                               (str, os.PathLike)):
-            raise ValueError(f"checkpoint_path={self.checkpoint_path!r} must be a folder path "
-                             "or None")
+        for name, what in (("checkpoint_path", "a folder path"), ("log_dir", "a folder path"),
+                           ("plots_path", "a file path")):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (str, os.PathLike)) or value == ""):
+                raise ValueError(f"{name}={value!r} must be {what} or None")
         if self.augmentation is not None and not isinstance(self.augmentation, Augmentation):
             raise ValueError(f"augmentation={self.augmentation!r} must be a "
                              "jaxflowers.data.Augmentation or None")

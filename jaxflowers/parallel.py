@@ -1,4 +1,4 @@
-"""Device meshes, the wrapping of per-device functions, and multi-host start-up.
+"""Device meshes and the wrapping of per-device functions.
 
 A per-device function knows only the axis name ``"data"``. :class:`DataParallel` runs it on
 every device of a 1-D mesh through ``jax.shard_map`` (default) or ``jax.pmap``, and moves
@@ -6,7 +6,8 @@ arrays into the layout each strategy expects. Nothing else in the package builds
 calls ``shard_map``/``pmap``; the programs that use it are ``program.TrainProgram``'s and
 ``forward.ForwardPass``'s.
 
-Several processes (hosts). After :func:`initialize` (``jax.distributed``), the mesh spans
+Several processes (hosts). After ``jaxflowers.distributed.initialize`` (``jax.distributed``;
+``parallel.initialize`` is the same function), the mesh spans
 the devices of every process, ordered process by process, and each process runs the same
 program on its own devices (JAX's multi-controller model). Every process holds the same
 host data and the same seeded plan (``loader.epoch_order``), so:
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from typing import Any, Callable, Sequence
 
 import jax
@@ -38,77 +38,16 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxflowers import distributed
 from jaxflowers.execution import STRATEGIES
 from jaxflowers.xla_options import compiler_options
 
 AXIS = "data"
 REPLICATED = P()
-# Environment variables `initialize` reads for a plain (non-Slurm/MPI/Kubernetes) launch.
-COORDINATOR_ENV = "JAXFLOWERS_COORDINATOR"  # HOST:PORT of process 0
-NUM_PROCESSES_ENV = "JAXFLOWERS_NUM_PROCESSES"
-PROCESS_ID_ENV = "JAXFLOWERS_PROCESS_ID"
-
-
-def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None, *, local_device_ids: Sequence[int] | None = None,
-               heartbeat_timeout_seconds: int = 30) -> None:
-    """Join a multi-process (multi-host) training: ``jax.distributed.initialize``.
-
-    Call it first, in every process, before anything else touches JAX. With no arguments
-    and none of the variables below set, JAX detects Slurm, Open MPI and Kubernetes
-    launches itself. A plain launch names the coordinator and the processes, as arguments
-    or as ``$JAXFLOWERS_COORDINATOR`` (``HOST:PORT`` of process 0, reachable from every
-    host), ``$JAXFLOWERS_NUM_PROCESSES`` and ``$JAXFLOWERS_PROCESS_ID`` (0 .. N-1).
-
-    Args:
-      coordinator_address: ``"HOST:PORT"``; process 0 listens there.
-      num_processes: how many processes take part.
-      process_id: this process, ``0 <= process_id < num_processes``.
-      local_device_ids: the local GPUs this process uses (default: JAX's choice).
-      heartbeat_timeout_seconds: a process silent this long counts as lost, and the others
-        stop with an error naming it (JAX's own default, 100 s, leaves the survivors
-        waiting longer in a collective that can never finish).
-
-    Raises:
-      RuntimeError: when called twice, or after JAX has started its backends (anything
-        such as ``jax.devices()``, an array, a computation, ``jaxflowers.train``).
-    """
-    _check_not_started()
-    coordinator_address = coordinator_address or os.environ.get(COORDINATOR_ENV)
-    num_processes = _env_int(num_processes, NUM_PROCESSES_ENV)
-    process_id = _env_int(process_id, PROCESS_ID_ENV)
-    # Cross-process collectives on CPU need an implementation; JAX < 0.5 had none by default.
-    if getattr(jax.config, "jax_cpu_collectives_implementation", "gloo") is None:
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address, num_processes, process_id,
-                               local_device_ids=local_device_ids,
-                               heartbeat_timeout_seconds=heartbeat_timeout_seconds)
-
-
-def _check_not_started() -> None:
-    is_initialized = getattr(jax.distributed, "is_initialized", None)
-    if is_initialized is not None and is_initialized():
-        raise RuntimeError("jaxflowers.parallel.initialize was already called in this process "
-                           "(jax.distributed is initialised); call it once")
-    try:
-        from jax._src.xla_bridge import backends_are_initialized  # no public equivalent
-    except ImportError:
-        return  # jax.distributed.initialize still refuses, in its own words
-    if backends_are_initialized():
-        raise RuntimeError("jaxflowers.parallel.initialize must run before anything starts "
-                           "JAX's backends (jax.devices(), creating an array, a computation, "
-                           "jaxflowers.train); call it first thing in every process")
-
-
-def _env_int(value: int | None, name: str) -> int | None:
-    if value is not None or not os.environ.get(name):
-        return value
-    try:
-        return int(os.environ[name])
-    except ValueError:
-        raise ValueError(f"${name}={os.environ[name]!r} is not an integer") from None
-
-
+# Multi-process start-up lives in jaxflowers.distributed; its names stay importable here.
+initialize = distributed.initialize
+COORDINATOR_ENV, NUM_PROCESSES_ENV = distributed.COORDINATOR_ENV, distributed.NUM_PROCESSES_ENV
+PROCESS_ID_ENV = distributed.PROCESS_ID_ENV
 def sharded(axis: int = 0) -> P:
     """The spec of an array split over the devices along ``axis``."""
     return P(*([None] * axis), AXIS)

@@ -1,47 +1,25 @@
-"""Charts: confusion chart, training progress, speedup.
+"""Charts: confusion chart and speedup, and the progress views' public names.
 
-The only module that imports ``matplotlib.pyplot``, and only inside the functions that
-draw. Static charts use pyplot (so Jupyter shows them at the end of the cell); outside
-Jupyter pyplot gets the non-interactive Agg backend, so nothing ever opens a window.
-The live plots (``TrainingProgressPlot``, ``SweepProgressPlot``, ``sweep_progress``) are
-in ``jaxflowers.live``, which draws with the helpers here; they stay reachable from here.
+Static charts use pyplot (``figures.pyplot``, imported only inside the functions that
+draw), so Jupyter shows them at the end of the cell; outside Jupyter pyplot gets the
+non-interactive Agg backend, so nothing ever opens a window. The training-progress view
+(``jaxflowers.progress_plot``) and the sweep grid (``jaxflowers.live``) are reachable here.
 """
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-_BLUE, _RED = np.array([0.0, 0.447, 0.741]), np.array([0.85, 0.325, 0.098])
+from jaxflowers.figures import BLUE, RED, pyplot
+from jaxflowers.live import SweepProgressPlot, sweep_progress
+from jaxflowers.progress_plot import TrainingProgressPlot, training_progress
+
+__all__ = ["ConfusionChart", "SweepProgressPlot", "TrainingProgressPlot", "confusion_chart",
+           "speedup", "speedup_table", "sweep_progress", "training_progress"]
+
 _DIVISOR = {"row-normalized": 1, "column-normalized": 0}
-
-
-def _in_jupyter() -> bool:
-    """True inside a Jupyter (IPython kernel) session; never imports IPython itself."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return getattr(shell, "kernel", None) is not None
-
-
-def _pyplot():
-    """matplotlib.pyplot, on Agg unless in Jupyter or the user has chosen a backend."""
-    import matplotlib
-
-    if ("matplotlib.pyplot" not in sys.modules and not _in_jupyter()
-            and not os.environ.get("MPLBACKEND")):
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _field(info, name: str) -> np.ndarray:
-    """``info.name`` (or ``info[name]``) as a 1-D array; empty where absent or None."""
-    value = info.get(name) if isinstance(info, Mapping) else getattr(info, name, None)
-    return np.asarray([] if value is None else value).reshape(-1)
 
 
 def _label_indices(labels, class_names: list[str], what: str) -> np.ndarray:
@@ -78,7 +56,7 @@ def _draw_cells(ax, values, diagonal, percent: bool, blank_zero: bool = True) ->
     zero cells stay blank and unlabelled like MATLAB's, unless ``blank_zero`` is False."""
     v = np.nan_to_num(values)
     scale = v / max(v.max(), 1e-12)
-    rgb = 1.0 - scale[..., None] * (1.0 - np.where(diagonal[..., None], _BLUE, _RED))
+    rgb = 1.0 - scale[..., None] * (1.0 - np.where(diagonal[..., None], BLUE, RED))
     ax.imshow(rgb, aspect="auto", interpolation="nearest")
     size = float(np.clip(12 - 0.4 * max(values.shape), 5, 10))
     for (i, j), value in np.ndenumerate(values):
@@ -111,6 +89,12 @@ class ConfusionChart:
 
     def __repr__(self) -> str:
         return f"ConfusionChart({len(self.class_names)} classes, {self.matrix.sum()} samples)"
+
+    def savefig(self, path, **savefig_kwargs):
+        """Write the chart to ``path`` (PNG, PDF, SVG, ... by extension), as
+        ``Figure.savefig`` (MATLAB: ``saveas``/``exportgraphics``); returns ``path``."""
+        self.figure.savefig(path, **savefig_kwargs)
+        return path
 
 
 _MODES = ("off", "absolute", "row-normalized", "column-normalized", "total-normalized")
@@ -147,7 +131,7 @@ def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-n
         "absolute", "total-normalized", or None / "off" to hide.
       column_summary: "column-normalized" (% correct / incorrect of each predicted class,
         i.e. precision), "absolute", "total-normalized", or None / "off".
-      title: optional axes title.
+      title: the chart's title; None: the sample count and the share correct; "": none.
       ax: Axes to draw the cells into; summaries are appended beside it. None makes a figure.
       normalization: what the cells show: "absolute" counts, "row-normalized",
         "column-normalized" or "total-normalized" percentages.
@@ -163,12 +147,15 @@ def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-n
     if ax is None:
         cell = float(np.clip(8 / k, 0.3, 0.8))  # inches
         size = (2.5 + cell * (k + 2.2 * bool(rows)), 2.5 + cell * (k + 2.2 * bool(cols)))
-        ax = _pyplot().figure(figsize=size, layout="tight").gca()
+        ax = pyplot().figure(figsize=size, layout="tight").gca()
     values = _normalize(counts, normalization)
     _draw_cells(ax, values, np.eye(k, dtype=bool), normalization != "absolute")
     ax.set(xticks=range(k), yticks=range(k), xlabel="Predicted Class", ylabel="True Class")
     ax.set_xticklabels(names, rotation=90 if max(map(len, names), default=0) > 4 else 0)
     ax.set_yticklabels(names)
+    if title is None:
+        total = int(counts.sum())
+        title = f"{total} samples, {_percent(np.trace(counts), total):.1f}% correct"
     if title:
         ax.set_title(title)
     if rows or cols:
@@ -187,90 +174,29 @@ def _summaries(divider, ax, counts, mode, axis: int):
     both = np.stack([correct, counts.sum(axis=axis) - correct], axis=axis)  # (K,2)|(2,K)
     whole = counts.sum() if mode == "total-normalized" else counts.sum(axis, keepdims=True)
     values = both.astype(np.float64) if mode == "absolute" else _percent(both, whole)
-    side, share, pad = ("right", "sharey", 0.15) if axis == 1 else ("bottom", "sharex", 0.45)
+    side, share, pad = ("right", "sharey", 0.15) if axis == 1 else ("bottom", "sharex", 0.75)
     if axis == 0:  # leave room for the predicted-class names and label under the cells
         pad += 0.1 + 0.07 * max(len(t.get_text()) for t in ax.get_xticklabels())
     extra = divider.append_axes(side, size=f"{200 / len(correct):.0f}%", pad=pad,
                                 **{share: ax})
     is_correct = np.stack([np.ones(len(correct)), np.zeros(len(correct))], axis=axis)
     _draw_cells(extra, values, is_correct.astype(bool), mode != "absolute", blank_zero=False)
-    extra.set_axis_off()
+    _header(extra, axis)
     return values
 
 
-def _smooth(values: np.ndarray, weight: float) -> np.ndarray:
-    """Exponential moving average, bias-corrected like TensorBoard's; NaNs are skipped."""
-    out, avg, seen = np.full(len(values), np.nan), 0.0, 0
-    for i, value in enumerate(values):
-        if np.isfinite(value):
-            avg, seen = weight * avg + (1 - weight) * value, seen + 1
-        if seen:
-            out[i] = avg / (1 - weight**seen)
-    return out
-
-
-def _progress_title(info) -> str:
-    it, ep, lr = (_field(info, k) for k in ("iteration", "epoch", "learn_rate"))
-    parts = [f"Iteration {it[-1]}"] if it.size else ["Waiting for the first iteration"]
-    parts += [f"epoch {ep[-1]}"] if ep.size else []
-    parts += [f"learn rate {lr[-1]:.3g}"] if lr.size else []
-    val = _field(info, "validation_accuracy")
-    parts += [f"validation accuracy {val[-1]:.2f}%"] if val.size else []
-    return ", ".join(parts)
-
-
-def _draw_progress(acc_ax, loss_ax, info, smoothing: float) -> None:
-    """MATLAB's two training-progress panels, drawn into the given Axes."""
-    it, ep = _field(info, "iteration"), _field(info, "epoch")
-    val_it = _field(info, "validation_iteration")
-    panels = ((acc_ax, "accuracy", "Accuracy (%)", _BLUE), (loss_ax, "loss", "Loss", _RED))
-    for ax, key, ylabel, color in panels:
-        y, val = _field(info, key), _field(info, "validation_" + key)
-        n, m = min(it.size, y.size), min(val_it.size, val.size)
-        ax.plot(it[:n], y[:n], lw=0.6, alpha=0.4, color=color, label="Training")
-        ax.plot(it[:n], _smooth(y[:n], smoothing), lw=1.6, color=color,
-                label="Training (smoothed)")
-        if m:
-            ax.plot(val_it[:m], val[:m], "--o", ms=4, lw=1, color="black", label="Validation")
-        for x in it[1:][ep[1:] != ep[:-1]] if ep.size == it.size else ():
-            ax.axvline(x - 0.5, color="0.5", lw=0.6, alpha=0.5, gid="epoch")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.25)
-    acc_ax.set_ylim(0, 100)
-    acc_ax.set_title(_progress_title(info), fontsize="medium")
-    acc_ax.legend(loc="lower right", fontsize="small")
-    loss_ax.set_xlabel("Iteration")
-
-
-def _draw_gpu(ax, history: dict) -> None:
-    """Utilisation (%) of each monitored GPU against seconds since the monitor started."""
-    for g, index in enumerate(history["device"]):
-        ax.plot(history["time"], history["utilization"][:, g], lw=1, label=f"GPU {index}")
-    ax.set(ylim=(0, 105), xlabel="Time (s)", ylabel="GPU use (%)")
-    ax.legend(loc="lower right", fontsize="x-small", ncols=min(len(history["device"]), 4))
-    ax.grid(alpha=0.25)
-
-
-def training_progress(info, *, ax=None, smoothing: float = 0.8):
-    """Draw accuracy and loss against iteration (MATLAB: the "training-progress" plot).
-
-    Args:
-      info: a ``TrainingInfo`` (or a mapping) with ``iteration`` (I,) int, 1-based;
-        ``epoch`` (I,) int; ``loss`` (I,) float; ``accuracy`` (I,) float, %;
-        ``learn_rate`` (I,) float; ``validation_iteration`` (V,) int; ``validation_loss``
-        and ``validation_accuracy`` (V,) float (%). Missing fields are left out.
-      ax: None for a new figure, or a pair (accuracy Axes, loss Axes).
-      smoothing: weight in [0, 1) of the exponential moving average drawn over the
-        mini-batch values (0: no smoothing).
-
-    Returns:
-      The matplotlib Figure: thin raw mini-batch values, a smoothed line, validation as
-      black dashed line with markers, faint vertical lines at epoch boundaries.
-    """
-    if ax is None:
-        _, ax = _pyplot().subplots(2, 1, sharex=True, figsize=(8, 6), layout="constrained")
-    _draw_progress(ax[0], ax[1], info, smoothing)
-    return ax[0].figure
+def _header(strip, axis: int) -> None:
+    """Name a summary strip and its two rows (below the cells) or columns (beside them)."""
+    strip.spines[:].set_visible(False)
+    strip.tick_params(left=False, bottom=False, labelleft=False, labelbottom=False)
+    if axis == 1:
+        strip.set_xticks([0, 1], ["Correct", "Incorrect"], fontsize="small")
+        strip.tick_params(labeltop=True, top=False)
+    else:
+        strip.set_yticks([0, 1], ["Correct", "Incorrect"], fontsize="small")
+        strip.tick_params(labelleft=True)
+    strip.set_title("Per true class" if axis == 1 else "Per predicted class",
+                    fontsize="small")
 
 
 _KEYS = ("model", "strategy", "scaling", "devices", "images_per_s")
@@ -319,47 +245,86 @@ def speedup_table(results) -> list[dict]:
 
 
 def speedup(results, *, ax=None, path=None):
-    """Plot measured speedup against device count, one line per model/strategy/scaling.
+    """Plot images/s and speedup against device count, one line per system.
 
     Args:
-      results: as for ``speedup_table``.
-      ax: Axes to draw into; None makes a figure.
+      results: as for ``speedup_table``; a bench JSON's ``environment["devices"]`` (the
+        devices in words) becomes the figure's title.
+      ax: a pair of Axes (images/s, speedup) to draw into; None makes a figure.
       path: if given, the figure is also saved there (PNG by default).
 
     Returns:
-      The matplotlib Figure, with the ideal y = x line dotted.
+      The matplotlib Figure: left, images/s at each device count with the values written
+      beside the points (useful with one device too); right, the speedup over the fewest
+      devices with the ideal y = x line dotted, or a note when only one count was measured.
     """
     rows = speedup_table(results)
     if ax is None:
-        _, ax = _pyplot().subplots(figsize=(6, 4.5), layout="constrained")
-    for key in dict.fromkeys((r["model"], r["strategy"], r["scaling"]) for r in rows):
-        group = [r for r in rows if (r["model"], r["strategy"], r["scaling"]) == key]
-        ax.plot([r["devices"] for r in group], [r["speedup"] for r in group],
-                "-o" if key[2] == "strong" else "--s", label=f"{key[0]}, {key[1]} ({key[2]})")
+        _, ax = pyplot().subplots(1, 2, figsize=(11, 4.5), layout="constrained")
+    ips_ax, gain_ax = ax
     counts = sorted({r["devices"] for r in rows})
-    if counts:
-        ax.plot([counts[0], counts[-1]], [counts[0], counts[-1]], ":", color="0.4",
-                label="ideal")
-        ax.set_xticks(counts)
+    systems = {}  # label -> that system's rows, by device count
+    for r in rows:
+        systems.setdefault(f"{r['model']}, {r['strategy']} ({r['scaling']})", []).append(r)
+    if len(counts) > 1:
+        _throughput_lines(ips_ax, systems, counts)
+    else:
+        _throughput_bars(ips_ax, systems, counts)
+    _speedup_panel(gain_ax, systems, counts, ips_ax.lines)
+    for panel in ax:
+        panel.grid(alpha=0.25)
+        if panel.lines:
+            panel.legend(fontsize="small")
+    environment = results.get("environment", {}) if isinstance(results, Mapping) else {}
+    if environment.get("devices"):
+        ips_ax.figure.suptitle(environment["devices"], fontsize="medium")
+    if path is not None:
+        ips_ax.figure.savefig(path, dpi=120)
+    return ips_ax.figure
+
+
+def _throughput_lines(ax, systems: dict, counts: list[int]) -> None:
+    """Images/s against device count, one line per system, each value written beside it."""
+    for label, group in systems.items():
+        style = "-o" if group[0]["scaling"] == "strong" else "--s"
+        (line,) = ax.plot([r["devices"] for r in group], [r["images_per_s"] for r in group],
+                          style, label=label)
+        for r in group:
+            ax.annotate(f"{r['images_per_s']:,.0f}", (r["devices"], r["images_per_s"]),
+                        xytext=(5, -10), textcoords="offset points", fontsize="x-small",
+                        color=line.get_color())
+    ax.set(xlabel="Devices", ylabel="Images/s", title="Throughput", xticks=counts)
+    ax.set_ylim(0, 1.1 * ax.get_ylim()[1])
+
+
+def _throughput_bars(ax, systems: dict, counts: list[int]) -> None:
+    """With one device count: one bar of images/s per system, its value at its end."""
+    labels = list(systems)
+    values = [systems[label][0]["images_per_s"] for label in labels]
+    bars = ax.barh(labels, values, color=[f"C{i}" for i in range(len(labels))])
+    ax.bar_label(bars, [f"{v:,.0f}" for v in values], padding=3, fontsize="small")
+    ax.invert_yaxis()  # first system on top
+    ax.set_xlim(0, 1.2 * max(values, default=1))
+    ax.set(xlabel=f"Images/s on {counts[0] if counts else 0} device(s)", title="Throughput")
+
+
+def _speedup_panel(ax, systems: dict, counts: list[int], styles) -> None:
+    """Each system's speedup in the style of its throughput line, the ideal line and
+    integer ticks; with fewer than two device counts, a note instead."""
+    ax.set_title("Speedup")
+    if len(counts) < 2:
+        ax.text(0.5, 0.5, f"Measured on {counts[0] if counts else 0} device(s) only:\n"
+                "a speedup needs two or more device counts\n"
+                "(python -m jaxflowers.bench --devices 1 2 ...)", ha="center", va="center",
+                fontsize="small", transform=ax.transAxes)
+        ax.set(xticks=[], yticks=[])
+        return
     from matplotlib.ticker import MaxNLocator
 
+    for (label, group), style in zip(systems.items(), styles):
+        ax.plot([r["devices"] for r in group], [r["speedup"] for r in group],
+                style.get_linestyle(), marker=style.get_marker(), label=label,
+                color=style.get_color())
+    ax.plot([counts[0], counts[-1]], [counts[0], counts[-1]], ":", color="0.4", label="ideal")
+    ax.set(xlabel="Devices", ylabel="Speedup over 1 device", xticks=counts)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(xlabel="Devices", ylabel="Speedup over 1 device", title="Scaling")
-    ax.legend(fontsize="small")
-    ax.grid(alpha=0.25)
-    if path is not None:
-        ax.figure.savefig(path, dpi=120)
-    return ax.figure
-
-
-_LIVE = ("SweepProgressPlot", "TrainingProgressPlot", "sweep_progress")
-
-
-def __getattr__(name: str):
-    """``plots.TrainingProgressPlot`` etc. from ``jaxflowers.live``, imported on first use:
-    live imports this module, so importing it here at load time would be a cycle."""
-    if name in _LIVE:
-        from jaxflowers import live
-
-        return getattr(live, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

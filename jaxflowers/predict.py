@@ -26,7 +26,8 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
       num_devices, strategy: as in ``ExecutionOptions``.
 
     Returns:
-      float32 (n, num_classes) softmax scores, row i for image i. With several processes
+      float32 (n, num_classes) softmax scores, row i for image i; (0, num_classes) for no
+      images. With several processes
       (``parallel.initialize``) every process calls it with the same images and receives
       all the scores.
     """
@@ -37,6 +38,8 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
     if images.shape[1:] != tuple(net.input_shape):
         raise ValueError(f"predict: images are {images.shape[1:]} but the network was trained "
                          f"on {tuple(net.input_shape)}")
+    if len(images) == 0:  # nothing to split over the devices; no program to compile
+        return np.zeros((0, len(net.class_names)), np.float32)
     parallel = DataParallel(select_devices(execution_environment, num_devices), strategy)
     # Right after ``train`` (same devices, batch and image count) this is its validation
     # pass, already traced and compiled.

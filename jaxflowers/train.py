@@ -19,6 +19,7 @@ import numpy as np
 from jaxflowers import checkpoint as checkpoint_lib
 from jaxflowers import interrupt
 from jaxflowers import output_network
+from jaxflowers.checks import check_training
 from jaxflowers.data.loader import ResidentData, choose_placement, image_shape
 from jaxflowers.execution import ExecutionOptions
 from jaxflowers.history import History
@@ -67,6 +68,7 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     """
     if not isinstance(options, TrainingOptions):
         raise TypeError(f"options must be TrainingOptions, not {type(options).__name__}")
+    check_training(data, model, options)
     execution = _execution(execution)
     parallel = DataParallel(select_devices(options.execution_environment, execution.num_devices),
                             execution.strategy)
@@ -74,9 +76,6 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     feed = _feed(data, options, execution, parallel)
     shape = image_shape(data)
     input_shape = options.augmentation.output_shape(shape) if options.augmentation else shape
-    if options.validation_data is not None and image_shape(options.validation_data) != input_shape:
-        raise ValueError(f"validation_data images are {image_shape(options.validation_data)} "
-                         f"but training feeds the network {input_shape}")
     platform = parallel.devices[0].platform
     resolved = execution.resolve(platform, input_shape, streamed=feed.kind == "stream")
     program = TrainProgram(parallel, model, options, resolved, feed=feed,
@@ -167,15 +166,29 @@ class _Run:
             plot_every=max(1, steps // 4) if opts.plots != "none" else 0)
 
     def _progress(self) -> Progress:
-        """The table, plot and ``output_fn`` on process 0; other processes only record."""
-        main, sinks = self.parallel.is_main_process, []
-        if self.options.plots == "training-progress" and main:
-            from jaxflowers.live import TrainingProgressPlot
-            sinks.append(TrainingProgressPlot())
+        """The table, sinks and ``output_fn`` on process 0; other processes only record."""
+        main = self.parallel.is_main_process
         table = (VerboseTable(self.history, self.options.verbose_frequency)
                  if self.options.verbose and main else None)
-        return Progress(self.history, table=table, sinks=sinks,
+        return Progress(self.history, table=table, sinks=self._sinks() if main else (),
                         output_fn=self.options.output_fn if main else None)
+
+    def _sinks(self) -> list:
+        """What follows the run besides the table: the training-progress view, TensorBoard."""
+        opts, sinks = self.options, []
+        if opts.plots == "training-progress":
+            from jaxflowers.progress_plot import TrainingProgressPlot
+            kinds = "/".join(sorted({d.device_kind for d in self.parallel.devices}))
+            sinks.append(TrainingProgressPlot(
+                path=opts.plots_path, max_epochs=opts.max_epochs,
+                iterations_per_epoch=self.program.feed.steps_per_epoch,
+                hardware=f"{self.parallel.num_devices} x {kinds}",
+                validation_frequency=(opts.validation_frequency
+                                      if opts.validation_data is not None else None)))
+        if opts.log_dir is not None:
+            from jaxflowers.tensorboard_log import TensorBoardLog
+            sinks.append(TensorBoardLog(opts.log_dir))
+        return sinks
 
     def _summary(self) -> str:
         """One line saying what runs where, in plain words."""

@@ -1,6 +1,8 @@
 """Test set-up: four fake CPU devices, fixed before anything touches JAX."""
 import os
 import pathlib
+import sys
+import types
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Tests compile many small programs and run each only a few steps: LLVM optimisation
@@ -49,14 +51,44 @@ def digits():
 def count_decodes(monkeypatch):
     """Counts calls of the decode function that the resize cache build uses, in this
     process only: a build in decode processes (many local files) counts nothing here."""
-    from jaxflowers.data import cache as cache_lib
+    from jaxflowers.data import imread
 
     calls = []
-    real = cache_lib.decode_image
+    real = imread.decode_image
 
     def counting(data, image_size):
         calls.append(1)
         return real(data, image_size)
 
-    monkeypatch.setattr(cache_lib, "decode_image", counting)
+    monkeypatch.setattr(imread, "decode_image", counting)
     return calls
+
+
+@pytest.fixture
+def jupyter(monkeypatch):
+    """A fake IPython kernel whose display() records what the live plots show:
+    a list of (Image, Handle) pairs, one per display(); ``Handle.updates`` holds the
+    images that later replaced it in place."""
+    shown = []
+
+    class Handle:
+        def __init__(self):
+            self.updates = []
+
+        def update(self, obj):
+            self.updates.append(obj)
+
+    def display(obj, display_id=False):
+        assert display_id is True
+        shown.append((obj, Handle()))
+        return shown[-1][1]
+
+    ipython = types.ModuleType("IPython")
+    ipython.version_info = (9, 0)  # read by matplotlib when it makes a canvas
+    ipython.get_ipython = lambda: types.SimpleNamespace(kernel=object())
+    ipython.display = types.ModuleType("IPython.display")
+    ipython.display.display = display
+    ipython.display.Image = lambda data, format: types.SimpleNamespace(data=data, format=format)
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    monkeypatch.setitem(sys.modules, "IPython.display", ipython.display)
+    return shown

@@ -1,6 +1,6 @@
 """One process of a multi-process test run (``tests/test_distributed.py`` starts several).
 
-Joins through ``parallel.initialize`` from ``$JAXFLOWERS_COORDINATOR``,
+Joins through ``distributed.initialize`` from ``$JAXFLOWERS_COORDINATOR``,
 ``$JAXFLOWERS_NUM_PROCESSES`` and ``$JAXFLOWERS_PROCESS_ID``, then runs one task:
 
 * ``train``: 3 steps on the tiny ResNet (resident), a ragged prediction, then a streamed
@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 import jaxflowers as jf
-from jaxflowers import parallel
+from jaxflowers import distributed, parallel
 
 BATCH = 8  # global mini-batch: 24 images make 3 steps an epoch
 
@@ -105,8 +105,8 @@ def main() -> int:
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args()
     # A lost process is noticed within ~10 s, so the kill test ends well inside a minute.
-    parallel.initialize(heartbeat_timeout_seconds=10)
-    second_call_error = _refusal(parallel.initialize)
+    distributed.initialize(heartbeat_timeout_seconds=10)
+    second_call_error = _refusal(distributed.initialize)
     if args.task == "train":
         _train_task(args.out, second_call_error)
     else:

@@ -86,3 +86,18 @@ def fail(kind: str):
 def _virtual_memory_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def node_module():
+    """``node_only.VALUE`` (a module only the node's own PYTHONPATH holds) and that path."""
+    import node_only
+
+    return node_only.VALUE, os.environ.get("PYTHONPATH", "")
+
+
+def report_states(*states: str):
+    """Report one message per state, then one of the job's own without a state."""
+    for state in states:
+        report({"state": state, "iteration": 1})
+    report({"mine": True})
+    return len(states)

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from jaxflowers import bench
+from jaxflowers import bench, bench_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,8 @@ def test_quick_cli_writes_consistent_json(quick_run):
     report = json.loads((out / "bench.json").read_text())
     env = report["environment"]
     assert env["platform"] == "cpu" and env["local_device_count"] == 2
-    assert env["fake_cpu_devices"] and "sharing the same cores" in stdout
+    assert env["fake_cpu_devices"] and env["devices"].startswith("2 CPU devices splitting")
+    assert "one host's cores split into 2" in stdout and "speedups mean nothing" in stdout
     for key in ("device_kind", "jax", "jaxlib", "flax", "optax"):
         assert env[key]
     records = {r["devices"]: r for r in report["results"]}
@@ -72,6 +73,13 @@ def test_quick_cli_writes_png(quick_run):
 
     image = matplotlib.image.imread(out / "speedup.png")
     assert image.ndim == 3 and min(image.shape[:2]) > 100
+
+
+def test_devices_in_words():
+    assert bench.describe_devices("gpu", "NVIDIA H200", 2) == "2 x NVIDIA H200"
+    one = bench.describe_devices("cpu", "cpu", 1)
+    assert one.startswith("1 CPU device (XLA:CPU on the host's") and "fake" not in one
+    assert bench.describe_devices("cpu", "cpu", 4).startswith("4 CPU devices splitting one")
 
 
 def test_device_counts():
@@ -110,7 +118,7 @@ def test_peer_ratios_match_like_with_like():
                 per_device_batch=64, image_size=224, strategy="shard_map", images_per_s=300.0)
     peer = dict(ours, framework="torch", strategy="torch-compile", images_per_s=200.0)
     other = dict(ours, devices=1, images_per_s=160.0)
-    ratios = bench.peer_ratios({"results": [ours, other, peer]})
+    ratios = bench_report.peer_ratios({"results": [ours, other, peer]})
     assert ratios == [dict(model="resnet50", devices=2, jaxflowers="shard_map",
                            torch="torch-compile", ratio=1.5)]
 
@@ -126,12 +134,13 @@ def test_fold_peer_adds_torch_lines_to_json_and_plot(tmp_path):
     peer = {"environment": {"torch": "x"}, "skipped": None,
             "results": [rec("torch", "torch-eager", 1, 80.0),
                         rec("torch", "torch-eager", 2, 150.0)]}
-    bench.fold_peer(report, peer)
+    bench_report.fold_peer(report, peer)
     assert report["peer"] == {"environment": {"torch": "x"}, "skipped": None}
     assert [r["ratio"] for r in report["peer_ratios"]] == [pytest.approx(1.25),
                                                            pytest.approx(190 / 150)]
     torch_rows = [r for r in report["speedup"] if r["strategy"] == "torch-eager"]
     assert [r["speedup"] for r in torch_rows] == [1.0, pytest.approx(150 / 80)]
-    png = bench.draw(bench.save(report, tmp_path / "bench.json"), tmp_path / "speedup.png")
+    saved = bench_report.save(report, tmp_path / "bench.json")
+    png = bench_report.draw(saved, tmp_path / "speedup.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
-    assert any("torch-eager" in line for line in bench.table_lines(report))
+    assert any("torch-eager" in line for line in bench_report.table_lines(report))

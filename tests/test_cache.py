@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from jaxflowers.data import cache as cache_lib
+from jaxflowers.data import imread
 from jaxflowers.data.folder import ImageFolder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,7 +108,7 @@ def test_cache_dir_from_argument_env_var_or_home(tmp_path, monkeypatch):
 def test_decode_is_antialiased(tmp_path):
     checker = (np.indices((64, 64)).sum(axis=0) % 2 * 255).astype(np.uint8)
     Image.fromarray(checker).save(tmp_path / "checker.png")
-    small = cache_lib.decode_image((tmp_path / "checker.png").read_bytes(), (8, 8))
+    small = imread.decode_image((tmp_path / "checker.png").read_bytes(), (8, 8))
     # Nearest-neighbour would give pure black or white; a reducing filter averages to grey.
     assert small.shape == (8, 8, 3) and np.abs(small[1:-1, 1:-1].astype(int) - 128).max() < 10
 
@@ -140,14 +141,14 @@ _BUILDER = textwrap.dedent("""
     for name, path in (("jaxflowers", "jaxflowers"), ("jaxflowers.data", "jaxflowers/data")):
         sys.modules[name] = types.ModuleType(name)
         sys.modules[name].__path__ = [os.path.join({repo!r}, path)]
-    from jaxflowers.data import cache
+    from jaxflowers.data import imread
     from jaxflowers.data.folder import ImageFolder
-    calls, real = [], cache.decode_image
+    calls, real = [], imread.decode_image
     def slow(data, size):
         calls.append(1)
         time.sleep(0.02)  # keeps the two builds overlapping
         return real(data, size)
-    cache.decode_image = slow
+    imread.decode_image = slow
     open({ready!r} + str(os.getpid()), "w").close()
     while not os.path.exists({go!r}):
         time.sleep(0.002)

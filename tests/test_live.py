@@ -1,24 +1,11 @@
-"""live: what the live plots draw, when they redraw in Jupyter, and the sweep grid."""
-import io
-import sys
+"""live: the sweep grid, what it draws and when it redraws in Jupyter."""
 import time
-import types
 
 import matplotlib.image
 import numpy as np
 import pytest
 
 from jaxflowers import live, plots
-
-
-def make_info(n=12):
-    """Stands in for info.TrainingInfo: n iterations of 4 per epoch, validated every 4."""
-    it = np.arange(1, n + 1)
-    return types.SimpleNamespace(
-        iteration=it, epoch=(it - 1) // 4 + 1, loss=2.0 / it,
-        accuracy=np.linspace(10.0, 95.0, n), learn_rate=np.full(n, 0.01),
-        validation_iteration=np.array([4, 8, 12]), validation_loss=np.array([0.9, 0.5, 0.3]),
-        validation_accuracy=np.array([50.0, 80.0, 90.0]))
 
 
 def assert_png(path, fig, dpi):
@@ -29,80 +16,10 @@ def assert_png(path, fig, dpi):
 
 
 def test_public_names_stay_reachable_from_plots():
-    for name in ("TrainingProgressPlot", "SweepProgressPlot", "sweep_progress"):
+    for name in ("SweepProgressPlot", "sweep_progress"):
         assert getattr(plots, name) is getattr(live, name)
     with pytest.raises(AttributeError, match="no_such_plot"):
         plots.no_such_plot
-
-
-class FakeMonitor:
-    def history(self):
-        t = np.arange(5.0)
-        return {"time": t, "device": np.array([2, 3]), "utilization": np.stack([t * 10, 90 - t], 1)}
-
-
-def test_live_progress_outside_jupyter_draws_only_when_saved(tmp_path):
-    plot = live.TrainingProgressPlot(monitor=FakeMonitor())
-    plot.update(make_info())
-    assert plot.figure.axes == []  # nothing drawn yet: no cost per update
-    plot.save(tmp_path / "live.png", dpi=30)
-    assert_png(tmp_path / "live.png", plot.figure, 30)
-    acc, _, gpu = plot.figure.axes
-    assert acc.get_title().startswith("Iteration 12")
-    np.testing.assert_array_equal(gpu.lines[1].get_ydata(), [90, 89, 88, 87, 86])
-    assert [line.get_label() for line in gpu.lines] == ["GPU 2", "GPU 3"]
-    plot.close()
-
-
-@pytest.fixture
-def jupyter(monkeypatch):
-    """A fake IPython kernel whose display() records what the plots show."""
-    shown = []
-
-    class Handle:
-        def __init__(self):
-            self.updates = []
-
-        def update(self, obj):
-            self.updates.append(obj)
-
-    def display(obj, display_id=False):
-        assert display_id is True
-        shown.append((obj, Handle()))
-        return shown[-1][1]
-
-    ipython = types.ModuleType("IPython")
-    ipython.get_ipython = lambda: types.SimpleNamespace(kernel=object())
-    ipython.display = types.ModuleType("IPython.display")
-    ipython.display.display = display
-    ipython.display.Image = lambda data, format: types.SimpleNamespace(data=data, format=format)
-    monkeypatch.setitem(sys.modules, "IPython", ipython)
-    monkeypatch.setitem(sys.modules, "IPython.display", ipython.display)
-    return shown
-
-
-def test_live_progress_in_jupyter_updates_one_output_in_place(jupyter):
-    plot = live.TrainingProgressPlot(min_interval=3600)
-    assert len(jupyter) == 1  # shown at once, empty, in the creating cell
-    image, handle = jupyter[0]
-    assert image.format == "png" and image.data.startswith(b"\x89PNG")
-    plot.update(make_info(4))
-    plot.update(make_info(8))
-    assert handle.updates == []  # throttled
-    plot.close()
-    assert len(jupyter) == 1 and len(handle.updates) == 1  # the final state, in place
-    assert plot.figure.axes[0].get_title().startswith("Iteration 8")
-    png = matplotlib.image.imread(io.BytesIO(handle.updates[0].data))
-    assert png.shape[:2] == (700, 800)  # figsize (8, 7) at 100 dpi
-
-    # With no minimum interval the pause still grows with the drawing time (4x by default),
-    # so the training loop never spends more than a fifth of its time drawing.
-    fast = live.TrainingProgressPlot(min_interval=0)
-    fast.update(make_info(2))
-    assert len(jupyter) == 2 and jupyter[1][1].updates == []
-    fast._draw_share = 1.0  # a pause of 0: every update is drawn
-    fast.update(make_info(3))
-    assert len(jupyter[1][1].updates) == 1
 
 
 def message(i, accuracy, **extra):
@@ -140,6 +57,8 @@ def test_sweep_plot_states_grid_and_errors(tmp_path):
     assert_png(tmp_path / "s.png", plot.figure, 20)
     assert [ax.get_title() for ax in plot.figure.axes[:3]] == [
         "Job 0: queued", "Job 1: failed", "Job 2: cancelled"]
+    legend = plot.figure.axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["Training", "Validation"]
     assert not plot.figure.axes[3].axison  # the unused fourth panel is hidden
     with pytest.raises(ValueError, match="2 titles for 3 jobs"):
         live.SweepProgressPlot(3, titles=["a", "b"])
@@ -188,3 +107,6 @@ def test_sweep_plot_reads_the_trainers_message_states():
     assert job.validation_iteration == [1] and job.validation_accuracy == [40.0]
     assert job.state == "done"
     plot.close()
+    plot.update(0, {"state": "failed"})
+    plot.update(5, {"state": "cancelled"})  # a later job: no warning, nothing changed
+    assert job.state == "done" and plot.closed

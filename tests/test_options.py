@@ -53,6 +53,8 @@ from jaxflowers.optim import learn_rate_schedule
     ("epsilon", 0, "epsilon=0"),
     ("augmentation", "flip", "augmentation='flip' must be a jaxflowers.data.Augmentation"),
     ("output_fn", 3, "output_fn=3 must be callable"),
+    ("plots_path", 3, "plots_path=3 must be a file path or None"),
+    ("log_dir", "", "log_dir='' must be a folder path or None"),
     ("validation_data", np.zeros(3), "validation_data=ndarray lacks images, labels, class_names"),
     ("checkpoint_frequency", 0, "checkpoint_frequency=0 must be an integer >= 1"),
     ("checkpoint_frequency_unit", "hour", "checkpoint_frequency_unit='hour'"),

@@ -1,5 +1,4 @@
-"""plots: numbers in the confusion chart, progress lines, speedup table; light import."""
-import dataclasses
+"""plots: numbers in the confusion chart, speedup table and figure; light import."""
 import os
 import pathlib
 import subprocess
@@ -16,26 +15,6 @@ NAMES = ["daisy", "dandelion", "roses", "sunflowers"]
 TRUE = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 3])
 PRED = np.array([0, 0, 1, 1, 2, 2, 2, 2, 0, 3])
 COUNTS = [[2, 1, 0, 0], [0, 1, 1, 0], [1, 0, 3, 0], [0, 0, 0, 1]]
-
-
-@dataclasses.dataclass
-class Info:
-    """Stands in for train.TrainingInfo."""
-    iteration: np.ndarray
-    epoch: np.ndarray
-    loss: np.ndarray
-    accuracy: np.ndarray
-    learn_rate: np.ndarray
-    validation_iteration: np.ndarray
-    validation_loss: np.ndarray
-    validation_accuracy: np.ndarray
-
-
-def make_info(n=12):
-    it = np.arange(1, n + 1)
-    return Info(it, (it - 1) // 4 + 1, 2.0 / it, np.linspace(10.0, 95.0, n),
-                np.full(n, 0.01), np.array([4, 8, 12]), np.array([0.9, 0.5, 0.3]),
-                np.array([50.0, 80.0, 90.0]))
 
 
 @pytest.fixture(autouse=True)
@@ -79,6 +58,27 @@ def test_confusion_chart_counts_and_summaries(tmp_path):
     assert_png(tmp_path / "cc.png", chart.figure, 50)
 
 
+def test_confusion_chart_explains_itself_and_saves_what_it_shows(tmp_path):
+    chart = plots.confusion_chart(TRUE, PRED, NAMES)
+    main, rows, cols = chart.figure.axes
+    assert main.get_title() == "10 samples, 70.0% correct"  # a title by default
+    assert rows.get_title() == "Per true class" and cols.get_title() == "Per predicted class"
+    assert [t.get_text() for t in rows.get_xticklabels()] == ["Correct", "Incorrect"]
+    assert [t.get_text() for t in cols.get_yticklabels()] == ["Correct", "Incorrect"]
+    assert [t.get_text() for t in main.get_yticklabels()] == NAMES  # the strips keep them
+    assert chart.savefig(tmp_path / "chart.png", dpi=60) == tmp_path / "chart.png"
+    saved = matplotlib.image.imread(tmp_path / "chart.png")
+    chart.figure.set_dpi(60)
+    chart.figure.canvas.draw()
+    shown = np.asarray(chart.figure.canvas.buffer_rgba(), dtype=np.float32) / 255
+    np.testing.assert_allclose(saved, shown, atol=1 / 255)  # the file is what was drawn
+    chart.savefig(tmp_path / "chart.pdf")
+    assert (tmp_path / "chart.pdf").read_bytes()[:4] == b"%PDF"
+    assert plots.confusion_chart(TRUE, PRED, NAMES, title="").ax.get_title() == ""
+    with pytest.raises(FileNotFoundError):
+        chart.savefig(tmp_path / "missing" / "chart.png")
+
+
 def test_confusion_chart_string_labels_options_and_errors():
     names = np.array(NAMES)
     chart = plots.confusion_chart(names[TRUE], list(names[PRED]), NAMES, row_summary=None,
@@ -97,35 +97,6 @@ def test_confusion_chart_string_labels_options_and_errors():
         plots.confusion_chart([4], [0], NAMES)
     with pytest.raises(ValueError, match="row_summary='precision'"):
         plots.confusion_chart(TRUE, PRED, NAMES, row_summary="precision")
-
-
-def test_training_progress_lines(tmp_path):
-    info = make_info()
-    fig = plots.training_progress(info, smoothing=0.5)
-    acc, loss = fig.axes
-    raw, smooth, val = acc.lines[:3]
-    np.testing.assert_array_equal(raw.get_xdata(), info.iteration)
-    np.testing.assert_array_equal(raw.get_ydata(), info.accuracy)
-    np.testing.assert_array_equal(loss.lines[0].get_ydata(), info.loss)
-    # Bias-corrected moving average with weight 0.5 of 10, 10 + 85/11, ...
-    a = info.accuracy
-    np.testing.assert_allclose(smooth.get_ydata()[:2], [a[0], (0.25 * a[0] + 0.5 * a[1]) / 0.75])
-    np.testing.assert_array_equal(val.get_xdata(), [4, 8, 12])
-    np.testing.assert_array_equal(val.get_ydata(), [50.0, 80.0, 90.0])
-    np.testing.assert_array_equal(loss.lines[2].get_ydata(), [0.9, 0.5, 0.3])
-    epochs = [line.get_xdata()[0] for line in acc.lines if line.get_gid() == "epoch"]
-    assert epochs == [4.5, 8.5]
-    assert acc.get_title() == "Iteration 12, epoch 3, learn rate 0.01, validation accuracy 90.00%"
-    fig.savefig(tmp_path / "tp.png", dpi=40)
-    assert_png(tmp_path / "tp.png", fig, 40)
-
-
-def test_training_progress_into_given_axes_and_empty_info():
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2)
-    assert plots.training_progress({"iteration": [], "loss": None}, ax=axes) is fig
-    assert axes[0].get_title() == "Waiting for the first iteration"
 
 
 BENCH = {"device_kind": "NVIDIA H200", "results": [
@@ -163,23 +134,46 @@ def test_speedup_table_numbers():
                               "images_per_s": 1.0}])
 
 
-def test_speedup_plot(tmp_path):
-    fig = plots.speedup(BENCH, path=tmp_path / "speedup.png")
+def test_speedup_figure_has_throughput_and_speedup_panels(tmp_path):
+    fig = plots.speedup(dict(BENCH, environment={"devices": "8 x NVIDIA H200"}),
+                        path=tmp_path / "speedup.png")
     assert_png(tmp_path / "speedup.png", fig, 120)
-    ax = fig.axes[0]
-    lines = {line.get_label(): line for line in ax.lines}
-    assert set(lines) == {"cifar_net, pmap (strong)", "resnet50, shard_map (weak)", "ideal"}
-    np.testing.assert_array_equal(lines["resnet50, shard_map (weak)"].get_ydata(), [1, 2, 3.6])
-    np.testing.assert_array_equal(lines["cifar_net, pmap (strong)"].get_xdata(), [2, 4, 8])
-    np.testing.assert_array_equal(lines["ideal"].get_xydata(), [[1, 1], [8, 8]])
-    assert list(ax.get_xticks()) == [1, 2, 4, 8]
-    assert all(float(t).is_integer() for t in ax.get_yticks())
+    ips, gain = fig.axes
+    assert (ips.get_title(), gain.get_title()) == ("Throughput", "Speedup")
+    assert fig._suptitle.get_text() == "8 x NVIDIA H200"
+    systems = ["resnet50, shard_map (weak)", "cifar_net, pmap (strong)"]
+    ips_lines = {line.get_label(): line for line in ips.lines}
+    assert sorted(ips_lines) == sorted(systems)
+    np.testing.assert_array_equal(ips_lines[systems[0]].get_ydata(), [100, 200, 360])
+    assert "2" in [t.get_text() for t in ips.get_xticklabels()] and ips.get_ylim()[0] == 0
+    assert {t.get_text() for t in ips.texts} >= {"100", "200", "360", "300", "450", "600"}
+    gain_lines = {line.get_label(): line for line in gain.lines}
+    assert sorted(gain_lines) == sorted(systems + ["ideal"])
+    np.testing.assert_array_equal(gain_lines[systems[0]].get_ydata(), [1, 2, 3.6])
+    np.testing.assert_array_equal(gain_lines[systems[1]].get_xdata(), [2, 4, 8])
+    np.testing.assert_array_equal(gain_lines["ideal"].get_xydata(), [[1, 1], [8, 8]])
+    assert list(gain.get_xticks()) == [1, 2, 4, 8]
+    assert all(float(t).is_integer() for t in gain.get_yticks())
+    for ax in (ips, gain):
+        assert ax.get_legend() is not None
+
+
+def test_speedup_figure_with_one_device_shows_throughput_and_says_why_no_speedup():
+    one = [{"model": "cifar_net:1", "strategy": s, "scaling": "weak", "devices": 1,
+            "images_per_s": v} for s, v in (("shard_map", 812.4), ("pmap", 790.0))]
+    ips, gain = plots.speedup(one).axes
+    assert [bar.get_width() for bar in ips.patches] == [790.0, 812.4]  # one bar per system
+    assert [t.get_text() for t in ips.get_yticklabels()] == ["cifar_net:1, pmap (weak)",
+                                                           "cifar_net:1, shard_map (weak)"]
+    assert [t.get_text() for t in ips.texts] == ["790", "812"]
+    assert ips.get_xlabel() == "Images/s on 1 device(s)"
+    assert len(gain.lines) == 0 and "two or more device counts" in gain.texts[0].get_text()
 
 
 def test_import_is_light_and_charts_never_open_windows():
     """Importing the package loads no pyplot, NVML or IPython; drawing outside Jupyter picks
     Agg even where a display would let matplotlib choose an interactive backend."""
-    code = ("import sys, jaxflowers, jaxflowers.plots, jaxflowers.live, jaxflowers.monitor\n"
+    code = ("import sys, jaxflowers, jaxflowers.plots, jaxflowers.monitor\n"
             "heavy = [m for m in ('matplotlib.pyplot', 'pynvml', 'IPython') if m in sys.modules]\n"
             "assert not heavy, heavy\n"
             "jaxflowers.plots.confusion_chart([0, 1], [1, 1], ['a', 'b'])\n"

@@ -6,6 +6,7 @@ per session). Every pool is torn down in a fixture that then checks no worker is
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import json
 import os
 import pathlib
@@ -24,7 +25,7 @@ import pytest
 import jaxflowers as jf
 import sweep_jobs
 from jaxflowers import sweep
-from jaxflowers.sweep import codec, devices
+from jaxflowers.sweep import codec, devices, objects
 from jaxflowers.sweep.local import LocalBackend
 
 pytestmark = pytest.mark.timeout(150)
@@ -178,9 +179,14 @@ def test_cancel_queued_and_running_jobs(make_pool):
     dropped = pool.submit(sweep_jobs.add, 2, 2)
     assert dropped.cancel() and dropped.cancelled() and not dropped.running()
     assert started.wait(120) and running.running()
+    waiter = threading.Thread(target=cf.wait, args=([running],),
+                              kwargs={"return_when": cf.FIRST_COMPLETED})
+    waiter.start()  # already waiting when the job is cancelled
     start = time.monotonic()
     assert running.cancel(), "a running job must be cancellable (MATLAB cancel(F))"
-    assert running.cancelled() and running.done()
+    assert running.cancelled() and running.done() and not running.running()
+    waiter.join(timeout=1.0)
+    assert not waiter.is_alive(), "cancel() must wake a concurrent.futures.wait on the job"
     with pytest.raises(cf.CancelledError):
         running.result(timeout=0)
     assert _gone_within([pids["pid"], pids["child"]], 2.0), "job and its child outlive cancel"
@@ -270,6 +276,24 @@ def test_submit_rejects_what_cannot_travel(tmp_path):
         sweep.DevicePool(1, backend="mpi")
 
 
+def test_after_each_can_keep_only_some_states(tmp_path):
+    with sweep.DevicePool(1, log_dir=tmp_path) as pool:
+        kept, everything = [], []
+        pool.after_each(lambda job, message: everything.append(message))
+
+        @pool.after_each(states=("validation", "done", "failed"))
+        def lines(job, message):
+            kept.append((job, message["state"]))
+
+        with pytest.raises(ValueError, match=r"\['epoch'\] are not message states"):
+            pool.after_each(print, states=("epoch", "done"))
+        futures = [pool.submit(sweep_jobs.report_states, "start", "iteration", "iteration",
+                               "validation", "done"), pool.submit(sweep_jobs.fail, "raise")]
+        cf.wait(futures, timeout=120)
+    assert kept == [(0, "validation"), (0, "done"), (1, "failed")]
+    assert len(everything) == 7 and {"mine": True} in everything
+
+
 def test_gpu_slots_pack_jobs_with_a_memory_fraction(monkeypatch, tmp_path):
     cpu_pool = sweep.DevicePool(1, log_dir=tmp_path / "cpu")
     monkeypatch.setattr(LocalBackend, "gpus", lambda self: ["0", "1"])  # no GPU here
@@ -289,17 +313,6 @@ def test_gpu_slots_pack_jobs_with_a_memory_fraction(monkeypatch, tmp_path):
 def test_report_outside_a_pool_does_nothing():
     assert sweep.report({"loss": np.float32(1.5)}) is None
     assert sweep_jobs.add(1, 2) == 3
-
-
-PHYSICAL = [("0", "GPU-aaaa-1111"), ("1", "GPU-bbbb-2222")]
-
-
-@pytest.mark.parametrize("mask, expected", [
-    (None, ["0", "1"]), ("1", ["1"]), ("GPU-bbbb", ["GPU-bbbb"]), ("", []), ("-1", []),
-    ("0,7,1", ["0"])])
-def test_visible_gpus_follow_cuda_visible_devices(mask, expected):
-    environ = {} if mask is None else {"CUDA_VISIBLE_DEVICES": mask}
-    assert devices.visible_gpus(environ, PHYSICAL) == expected
 
 
 def test_make_slots():
@@ -399,18 +412,65 @@ def test_jaxflowers_objects_travel_and_only_they_are_rebuilt(tmp_path):
     forged = codec.Tagged("dataclass", {"class": "subprocess:Popen", "fields": {}})
     with pytest.raises(ValueError, match="refusing"):
         codec.rebuild_tagged(forged)
+    with pytest.raises(ValueError, match="refusing"):
+        codec.rebuild_tagged(codec.Tagged("module", {"class": "nn.Dense", "fields": {}}))
+
+
+def test_the_travelling_classes_are_the_public_ones_and_only_they_travel():
+    """Classes are identified by the class objects: a moved or renamed class fails here
+    (its import), and a namesake or subclass of a travelling class is refused."""
+    public = {"TrainingOptions": jf.TrainingOptions, "ExecutionOptions": jf.ExecutionOptions,
+              "Augmentation": jf.data.Augmentation,
+              "ImageSet": jf.data.ImageSet, "TrainedNet": jf.TrainedNet,
+              "TrainingInfo": jf.TrainingInfo}
+    assert set(objects.TAGS) == set(public)
+    for tag, cls in public.items():
+        assert objects.travelling_class(tag) is cls
+    info = jf.TrainingInfo(*(np.arange(3),) * 8, stop_reason="training loss is NaN")
+    net = jf.TrainedNet(jf.models.cifar_net(1, 10), {"params": {"w": np.ones(2)}}, ("a",),
+                        (np.zeros(3, np.float32), np.ones(3, np.float32)), (32, 32, 3))
+    for value in (info, net, jf.data.digits().subset(np.arange(5))):
+        arrays = {}
+        tree = codec.encode_tree(value, arrays, what="test")
+        back = codec.rebuild_tagged(codec.decode_tree(tree, arrays.__getitem__))
+        assert type(back) is type(value)
+    assert back.images.shape == (5, 32, 32, 3)
+    namesake = dataclasses.make_dataclass("TrainingInfo", [("loss", float)])
+    namesake.__module__ = "jaxflowers.old_info"  # where a stale copy might live
+    subclass = type("TrainingInfo", (jf.TrainingInfo,), {"__module__": "jaxflowers.info"})
+    for value in (namesake(1.0), subclass(*(np.arange(3),) * 8)):
+        with pytest.raises(TypeError, match="cannot travel"):
+            codec.encode_tree(value, {}, what="result")
+
+
+def test_job_options_route_execution_fields_and_name_what_is_wrong():
+    from jaxflowers.sweep.jobs import job_options
+
+    options, execution = job_options({"max_epochs": 2, "steps_per_dispatch": 4,
+                                      "augmentation": {"reflect_x": True}},
+                                     {"steps_per_dispatch": 1, "precision": "float32"})
+    assert options.max_epochs == 2 and options.augmentation == jf.data.Augmentation(True)
+    assert execution == jf.ExecutionOptions(steps_per_dispatch=4, precision="float32")
+    assert job_options(options, execution) == (options, execution)
+    for bad, match in [({"bogus": 1}, "unknown option 'bogus'"),
+                       ({"augmentation": {"flip": 1}}, r"augmentation=\{'flip': 1\}"),
+                       ({"strategy": "mpi"}, "strategy='mpi' is not allowed")]:
+        with pytest.raises(ValueError, match=match):
+            job_options(bad)
+    with pytest.raises(ValueError, match="execution: .*'bogus'"):
+        job_options({}, {"bogus": 1})
 
 
 @pytest.mark.slow
 def test_train_job_end_to_end(tmp_path):
     """The sweep's user path: train_job in a worker, progress to after_each, (net, info) back."""
-    options = {"max_epochs": 3, "mini_batch_size": 128, "steps_per_dispatch": 1,
-               "validation_frequency": 100, "verbose": False, "solver": "adam",
-               "initial_learn_rate": 0.01}
+    options = {"max_epochs": 3, "mini_batch_size": 128, "validation_frequency": 100,
+               "verbose": False, "solver": "adam", "initial_learn_rate": 0.01}
     with sweep.DevicePool(1, log_dir=tmp_path) as pool:
         records, lock = _collect(pool)
         futures = [pool.submit(sweep.train_job, data={"train": "digits", "validation": 0.2},
-                               model=("cifar_net", {"depth": 1}), options=options, seed=0)]
+                               model=("cifar_net", {"depth": 1}), options=options, seed=0,
+                               execution=jf.ExecutionOptions(steps_per_dispatch=1))]
         nets, infos = sweep.fetch_outputs(futures)
     (net,), (info,) = nets, infos
     assert isinstance(net, jf.TrainedNet) and isinstance(info, jf.TrainingInfo)

@@ -7,7 +7,7 @@ cache's decode processes can start without importing it.
 from jaxflowers.lazy import lazy_names
 
 _EXPORTS = {
-    "Augmentation": "jaxflowers.data.augment", "decode_image": "jaxflowers.data.cache",
+    "Augmentation": "jaxflowers.data.augment", "decode_image": "jaxflowers.data.imread",
     "ChecksumError": "jaxflowers.data.download", "DownloadError": "jaxflowers.data.download",
     "UnsafeArchiveError": "jaxflowers.data.download",
     "download_and_extract": "jaxflowers.data.download",

@@ -2,15 +2,17 @@
 
 Every sample draws its own transform from its own key. The trainer derives that key from
 the sample's position in the *global* mini-batch, so the same seed gives the same
-augmented batch on 1 or N devices.
+augmented batch on 1 or N devices. JAX is imported by the functions that trace, so
+``TrainingOptions(augmentation=...)`` can be built and checked where JAX must not load
+(a sweep's caller).
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-import jax
-import jax.numpy as jnp
-from jax import lax
+if TYPE_CHECKING:
+    import jax
 
 
 def _check_range(name: str, value) -> tuple[int, int]:
@@ -74,9 +76,15 @@ class Augmentation:
         Returns:
           (B, H', W', C) array of the input dtype; H', W' differ only with ``random_crop``.
         """
+        import jax
+
         return jax.vmap(self._one)(images, keys)
 
     def _one(self, image: jax.Array, key: jax.Array) -> jax.Array:
+        import jax
+        import jax.numpy as jnp
+        from jax import lax
+
         k_fx, k_fy, k_tx, k_ty, k_cy, k_cx = jax.random.split(key, 6)
         if self.reflect_x:
             image = jnp.where(jax.random.bernoulli(k_fx), image[:, ::-1], image)
@@ -101,6 +109,8 @@ def translate(image: jax.Array, dx, dy) -> jax.Array:
     Written as a row gather and a column gather with a mask, which XLA fuses into one
     pass, rather than padding and slicing (a 9x larger temporary at 224x224).
     """
+    import jax.numpy as jnp
+
     height, width = image.shape[:2]
     ys = jnp.arange(height) - dy
     xs = jnp.arange(width) - dx
@@ -116,4 +126,6 @@ def normalize(images: jax.Array, mean: jax.Array, std: jax.Array, dtype) -> jax.
     The arithmetic is float32 and only the result is cast, so bfloat16 inputs lose nothing
     before the first convolution.
     """
+    import jax.numpy as jnp
+
     return ((images.astype(jnp.float32) - mean) / std).astype(dtype)

@@ -28,22 +28,25 @@ import dataclasses
 import functools
 import glob
 import hashlib
-import io
 import json
 import math
 import os
 import re
 import secrets
+import shutil
+import tempfile
 import warnings
-from typing import Callable, Mapping, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
-from PIL import Image, ImageOps
+
+from jaxflowers.data import decode
+from jaxflowers.data.files import sha256_file, unwritable, write_json_atomic
+from jaxflowers.data.imread import decode_rows, failure_reason, read_error
 
 RESIZE_METHOD = "pil-lanczos"  # recorded in the key and the sidecar; change it if decoding changes
 FORMAT_VERSION = 1
 ON_ERROR = ("raise", "skip")
-_SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,48 +84,6 @@ def default_cache_dir() -> str:
     return os.path.expanduser(os.environ.get("JAXFLOWERS_CACHE_DIR") or "~/.cache/jaxflowers")
 
 
-def decode_image(data: bytes, image_size: tuple[int, int]) -> np.ndarray:
-    """Decode an encoded image and resize it, like MATLAB's ``imresize(imread(f), [h w])``.
-
-    EXIF orientation is applied; grayscale, palette, alpha (dropped, as ``imread`` does),
-    CMYK and 16-bit images become 8-bit RGB. The resize ignores the aspect ratio (as
-    ``augmentedImageDatastore`` does) and uses PIL's antialiased Lanczos filter.
-
-    Args:
-      data: the bytes of a JPEG, PNG, BMP, GIF (first frame), WebP or TIFF file.
-      image_size: (height, width) of the result.
-
-    Returns:
-      uint8 array (height, width, 3).
-
-    Raises:
-      ValueError for an empty input; OSError (from PIL) for a truncated or unknown file.
-    """
-    if not data:
-        raise ValueError("file is empty (0 bytes)")
-    height, width = image_size
-    with Image.open(io.BytesIO(data)) as img:
-        img.load()  # decode everything now: a truncated file must fail here, not pass as grey
-        ImageOps.exif_transpose(img, in_place=True)
-        rgb = _to_rgb(img)
-        if rgb.size != (width, height):
-            rgb = rgb.resize((width, height), Image.Resampling.LANCZOS)
-        return np.asarray(rgb, dtype=np.uint8)
-
-
-def _to_rgb(img: Image.Image) -> Image.Image:
-    """8-bit RGB of any PIL mode; 16-bit gray is scaled (PIL's own convert would clip it)."""
-    if img.mode in _SIXTEEN_BIT_MODES:
-        wide = np.clip(np.asarray(img).astype(np.int64), 0, 65535)
-        return Image.fromarray(((wide + 128) // 257).astype(np.uint8), "L").convert("RGB")
-    if img.mode == "F":
-        return Image.fromarray(np.clip(np.asarray(img), 0, 255).round().astype(np.uint8)
-                               ).convert("RGB")
-    if img.mode in ("P", "PA"):  # via RGBA: palette transparency would otherwise warn
-        img = img.convert("RGBA")
-    return img if img.mode == "RGB" else img.convert("RGB")
-
-
 def cache_key(files: Sequence[str], fingerprints: Sequence[str],
               image_size: tuple[int, int]) -> str:
     """Hex sha256 naming the cache of ``files`` (with their size/mtime/ETag) at ``image_size``."""
@@ -158,35 +119,48 @@ def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
       A :class:`ResizeCache` whose ``images`` is uint8 (N, height, width, 3).
     """
     cache_dir = os.path.abspath(os.fspath(cache_dir or default_cache_dir()))
-    os.makedirs(cache_dir, exist_ok=True)
     key = cache_key(files, fingerprints, image_size)
-    stem = os.path.join(cache_dir, f"{_slug(name)}-{image_size[0]}x{image_size[1]}-{key[:16]}")
-    shape = (len(files), *image_size, 3)
-    cache, _ = _open_valid(stem, key, shape)
+    base = f"{_slug(name)}-{image_size[0]}x{image_size[1]}-{key[:16]}"
+    stem, shape = os.path.join(cache_dir, base), (len(files), *image_size, 3)
+    how = _Decoding(read, workers, on_error, processes)
+    cache, _ = _open_valid(stem, key, shape)  # a read-only folder may hold a valid cache
     if cache is None:
-        with _locked(stem + ".lock"):  # re-check: another process may have built it meanwhile
-            cache, problem = _open_valid(stem, key, shape)
-            if cache is None:
-                if problem:
-                    warnings.warn(f"resize cache {stem}.npy is invalid ({problem}); rebuilding it",
-                                  stacklevel=2)
-                how = _Decoding(read, workers, on_error, processes)
-                cache = _build(stem, key, files, shape, how)
+        problem = unwritable(cache_dir)
+        if problem:
+            warnings.warn(f"resize cache folder {cache_dir} cannot be written ({problem}); "
+                          "going on without the cache: the images are decoded into a "
+                          "temporary file, deleted once loaded", stacklevel=2)
+            cache = _build_unkept(base, key, files, shape, how)
+        else:
+            cache = _build_kept(stem, key, files, shape, how)
     if on_error == "raise" and cache.failed:
         row, reason = min(cache.failed.items())
         raise read_error(files[row], f"{reason} (recorded in {cache.path})")
     return cache
 
 
-def read_error(file: str, reason: str) -> OSError:
-    """The error of ``on_error="raise"`` for a file that could not be read or decoded."""
-    return OSError(f"cannot read image {file}: {reason}; "
-                   "pass on_error='skip' to leave such files out")
+def _build_kept(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
+                how: _Decoding) -> ResizeCache:
+    """Build the cache at ``stem`` under its lock, unless another process built it meanwhile."""
+    with _locked(stem + ".lock"):
+        cache, problem = _open_valid(stem, key, shape)
+        if cache is None:
+            if problem:
+                warnings.warn(f"resize cache {stem}.npy is invalid ({problem}); rebuilding it",
+                              stacklevel=3)
+            cache = _build(stem, key, files, shape, how)
+    return cache
 
 
-def failure_reason(exc: BaseException) -> str:
-    """How ``ResizeCache.failed`` words the error of one file: ``"OSError: ..."``."""
-    return f"{type(exc).__name__}: {exc}"
+def _build_unkept(base: str, key: str, files: Sequence[str], shape: tuple[int, ...],
+                  how: _Decoding) -> ResizeCache:
+    """Build in a private temporary folder and delete it at once: the memory map keeps the
+    deleted file's pages readable (POSIX) until the images are no longer used."""
+    folder = tempfile.mkdtemp(prefix="jaxflowers-resize-")
+    try:
+        return _build(os.path.join(folder, base), key, files, shape, how)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class _Decoding(NamedTuple):
@@ -234,14 +208,9 @@ def _open_valid(stem: str, key: str, shape: tuple[int, ...]) -> tuple[ResizeCach
     if (info.get("format"), info.get("key"), tuple(info.get("shape", ()))) != (
             FORMAT_VERSION, key, shape) or images.shape != shape or images.dtype != np.uint8:
         return None, f"header or shape {images.shape} {images.dtype} does not match {shape}"
-    if _sha256(npy) != info.get("sha256"):
+    if sha256_file(npy) != info.get("sha256"):
         return None, "sha256 of the file does not match its sidecar; the file changed on disk"
     return ResizeCache(npy, images, {int(k): v for k, v in info.get("failed", {}).items()}), ""
-
-
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _build(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
@@ -254,10 +223,10 @@ def _build(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
         offset = _allocate(tmp, shape)
         failed = _decode_into(tmp, offset, files, shape, how)
         info = {"format": FORMAT_VERSION, "key": key, "shape": list(shape), "dtype": "uint8",
-                "method": RESIZE_METHOD, "sha256": _sha256(tmp), "files": len(files),
+                "method": RESIZE_METHOD, "sha256": sha256_file(tmp), "files": len(files),
                 "failed": {str(k): v for k, v in sorted(failed.items())}}
         os.replace(tmp, stem + ".npy")
-        _write_json_atomic(stem + ".json", info)
+        write_json_atomic(stem + ".json", info)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -275,18 +244,9 @@ def _allocate(path: str, shape: tuple[int, ...]) -> int:
     return offset
 
 
-def _write_json_atomic(path: str, info: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(info, f, indent=1)  # ASCII: file names may hold undecodable bytes
-    os.replace(tmp, path)
-
-
 def _decode_into(path: str, offset: int, files: Sequence[str], shape: tuple[int, ...],
                  how: _Decoding) -> dict[int, str]:
     """Decode every file into its row of ``path``; return ``{row: reason}`` of failures."""
-    from jaxflowers.data import decode
-
     desc = f"Resizing {len(files)} images to {shape[1]}x{shape[2]}"
     in_processes = how.processes
     if in_processes is None:
@@ -314,30 +274,12 @@ def _decode_in_threads(fd: int, offset: int, files: Sequence[str],
     step = max(1, min(32, len(files) // (8 * workers)))
     pool = concurrent.futures.ThreadPoolExecutor(workers)
     try:
-        decode = functools.partial(decode_rows, fd, offset, files, read, shape)
+        work = functools.partial(decode_rows, fd, offset, files, read, shape)
         chunks = [range(i, min(i + step, len(files))) for i in range(0, len(files), step)]
-        futures = {pool.submit(decode, rows): rows for rows in chunks}
+        futures = {pool.submit(work, rows): rows for rows in chunks}
         return _collect(futures, files, on_error, desc)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # before the caller closes fd
-
-
-def decode_rows(fd: int, offset: int, files: Sequence[str] | Mapping[int, str],
-                read: Callable[[str], bytes], shape: tuple[int, ...],
-                rows: range) -> dict[int, Exception]:
-    """Decode ``rows`` into the file ``fd``; return the exception of each row that failed.
-
-    ``files[row]`` names the file of each row (a decode process gets only its own rows).
-    """
-    failed = {}
-    for row in rows:
-        try:
-            image = decode_image(read(files[row]), shape[1:3])  # module lookup: tests count it
-        except Exception as exc:  # any reader or decoder error belongs to this one file
-            failed[row] = exc
-            continue
-        os.pwrite(fd, image.tobytes(), offset + row * math.prod(shape[1:]))  # disk full: abort
-    return failed
 
 
 def _collect(futures: dict, files: Sequence[str], on_error: str, desc: str) -> dict[int, str]:

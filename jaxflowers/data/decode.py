@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import queue
 import subprocess
 import sys
@@ -27,7 +26,8 @@ import tempfile
 import threading
 from typing import Iterator, Sequence
 
-from jaxflowers.data import cache as cache_lib
+from jaxflowers.data.imread import decode_rows, failure_reason, read_error
+from jaxflowers.launch import start_module
 
 # Fewer files: starting the workers (~0.3 s each, side by side) costs about what they
 # save; about the break-even for small PNGs on 2 CPUs (benchmarks/cache_build.py --files).
@@ -37,9 +37,6 @@ PROCESS_MIN_FILES = 2_000
 PROCESS_MIN_CPUS = 3
 _BATCH = 32  # rows between two progress messages of a worker
 _MODULE = "jaxflowers.data.decode"
-# The folder holding the ``jaxflowers`` package, put on the workers' PYTHONPATH so
-# ``python -m jaxflowers.data.decode`` works from a source checkout too.
-_PACKAGE_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 
 
 def available_cpus() -> int:
@@ -100,7 +97,7 @@ def decode_in_processes(path: str, offset: int, files: Sequence[str], shape: tup
                 for row, reason in message["failed"]:
                     failed[row] = reason
                     if on_error == "raise":
-                        raise cache_lib.read_error(files[row], reason)
+                        raise read_error(files[row], reason)
                 worker.rows += message["done"]
                 bar.update(message["done"])
         for worker, (lo, hi) in zip(workers, runs):
@@ -117,13 +114,10 @@ class _Worker:
     a temporary file."""
 
     def __init__(self, inbox: queue.Queue):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT,
-                                                          env.get("PYTHONPATH")]))
         self.rows = 0  # rows the worker reported done (decoded or failed)
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", _MODULE], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, env=env)
+        self.proc = start_module(_MODULE, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=self.log)
         threading.Thread(target=self._pump, args=(inbox,), daemon=True).start()
 
     def feed(self, job: dict) -> None:
@@ -198,8 +192,8 @@ def main() -> None:
     try:
         for lo in range(first, end, _BATCH):
             rows = range(lo, min(lo + _BATCH, end))
-            failed = cache_lib.decode_rows(fd, job["offset"], files, _read, shape, rows)
-            reasons = [[row, cache_lib.failure_reason(exc)] for row, exc in sorted(failed.items())]
+            failed = decode_rows(fd, job["offset"], files, _read, shape, rows)
+            reasons = [[row, failure_reason(exc)] for row, exc in sorted(failed.items())]
             channel.write(json.dumps({"done": len(rows), "failed": reasons}) + "\n")
             channel.flush()  # a dead parent: BrokenPipeError here ends the worker
             if failed and job["stop_at_error"]:

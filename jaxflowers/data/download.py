@@ -19,7 +19,6 @@ same ``dest`` at the same time (they would share the ``.part`` file).
 """
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import os
@@ -34,6 +33,8 @@ import urllib.request
 from pathlib import PurePosixPath, PureWindowsPath
 
 from tqdm.auto import tqdm
+
+from jaxflowers.data.files import sha256_file, write_json_atomic
 
 FLOWERS_URL = "http://download.tensorflow.org/example_images/flower_photos.tgz"
 # sha256 of flower_photos.tgz (228,813,984 bytes) as pinned by TensorFlow Datasets for
@@ -130,11 +131,11 @@ def download_and_extract(url: str, dest: str | os.PathLike, *, sha256: str,
     if _is_extracted(marker, sha256):
         return dest
     archive = dest / name
-    if not (archive.is_file() and _sha256(archive) == sha256):
+    if not (archive.is_file() and sha256_file(archive) == sha256):
         _download(url, archive, sha256=sha256, retries=retries, progress=progress,
                   backoff=backoff, timeout=timeout)
     entries = _extract_safely(archive, dest)
-    _write_json_atomic(marker, {"url": url, "sha256": sha256, "entries": entries})
+    write_json_atomic(marker, {"url": url, "sha256": sha256, "entries": entries})
     if not keep_archive:
         archive.unlink()
     return dest
@@ -184,12 +185,6 @@ def _is_extracted(marker: pathlib.Path, sha256: str) -> bool:
             all((marker.parent / e).exists() for e in record.get("entries", [])))
 
 
-def _write_json_atomic(path: pathlib.Path, record: dict) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, path)
-
-
 # ---------------------------------------------------------------- download + verify
 
 def _download(url: str, archive: pathlib.Path, *, sha256: str, retries: int,
@@ -208,7 +203,7 @@ def _download(url: str, archive: pathlib.Path, *, sha256: str, retries: int,
                     f"downloading {url} failed after {retries + 1} attempts: {err}; "
                     f"{part} keeps the {_size(part)} bytes received, a later call resumes") from err
             time.sleep(min(backoff * 2 ** attempt, _MAX_BACKOFF_S))
-    actual = _sha256(part)
+    actual = sha256_file(part)
     if actual != sha256:
         part.unlink()
         raise ChecksumError(f"sha256 mismatch for {url}: expected {sha256}, got {actual}; "
@@ -294,14 +289,6 @@ class _EmptyStream:
 
     def __exit__(self, *exc) -> None:
         return None
-
-
-def _sha256(path: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------- safe extraction

@@ -1,19 +1,16 @@
 """How jobs, their arguments and their results cross process boundaries, without pickle.
 
 A job function travels as a reference ``"module:qualname"`` that the worker imports.
-Arguments and results travel as JSON; numpy (and JAX) arrays inside them are replaced by
-``{"__jaxflowers_array__": name}`` markers and stored beside the JSON as ``.npy`` files
-(arguments, memory-mapped by the worker) or one ``.npz`` (results), always with
-``allow_pickle=False``. Tuples keep their type (a job returning a tuple has several
-outputs, like a MATLAB function with several output arguments). jaxflowers objects
-(``TrainingOptions``, image sets, ``TrainedNet``, ``TrainingInfo``, the models) travel as
-:class:`Tagged` plain trees that ``objects.rebuild`` turns back into objects, from a fixed
-list of classes, never from a name the file could choose freely.
+Arguments and results travel as JSON with their arrays beside it (``jaxflowers.plaintree``),
+as ``.npy`` files (arguments, memory-mapped by the worker) or one ``.npz`` (results),
+always with ``allow_pickle=False``. Tuples keep their type (a job returning a tuple has
+several outputs, like a MATLAB function with several output arguments). jaxflowers objects
+(``TrainingOptions``, image sets, ``TrainedNet``, ``TrainingInfo``; the models through
+``plaintree``) travel as ``Tagged`` plain trees that ``objects.rebuild`` turns back into
+objects, from a fixed list of classes, never from a name the file could choose freely.
 """
 from __future__ import annotations
 
-import collections.abc
-import dataclasses
 import importlib
 import importlib.util
 import io
@@ -24,18 +21,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jaxflowers import plaintree
 from jaxflowers.sweep import objects
 
-_ARRAY, _TUPLE, _TAG = "__jaxflowers_array__", "__jaxflowers_tuple__", "__jaxflowers_tag__"
-
-
-@dataclasses.dataclass(frozen=True)
-class Tagged:
-    """A jaxflowers object as a plain tree, waiting for ``rebuild_tagged``."""
-
-    tag: str
-    value: Any
-
+Tagged, decode_tree = plaintree.Tagged, plaintree.decode_tree  # the sweep's names for them
 
 # ---------------------------------------------------------------- job references
 
@@ -104,88 +93,13 @@ def resolve_job(ref: str, main_path: str | None = None) -> Callable:
 # ---------------------------------------------------------------- trees <-> JSON + arrays
 
 def encode_tree(value: Any, arrays: dict[str, np.ndarray], *, what: str) -> Any:
-    """``value`` as JSON-able data; arrays move into ``arrays`` and leave a marker.
-
-    Args:
-      value: None, bool, int, float, str, lists, tuples, dicts with str keys, numpy or JAX
-        arrays and scalars, and :class:`Tagged` values, nested.
-      arrays: filled with name -> numpy array for every array found.
-      what: how to name ``value`` in error messages ("argument 'data' of job 3").
-
-    Returns:
-      The JSON-able tree. Raises TypeError naming the offending path otherwise.
-    """
-    return _encode(value, arrays, what)
-
-
-def _encode(value, arrays, path):
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, Tagged):
-        return {_TAG: value.tag, "value": _encode(value.value, arrays, f"{path}.value")}
-    if isinstance(value, (list, tuple)):
-        items = [_encode(v, arrays, f"{path}[{i}]") for i, v in enumerate(value)]
-        return {_TUPLE: items} if isinstance(value, tuple) else items
-    if isinstance(value, collections.abc.Mapping):
-        bad = [k for k in value if not isinstance(k, str) or k.startswith("__jaxflowers_")]
-        if bad:
-            raise TypeError(f"{path} has dict keys {bad!r}; only str keys travel as JSON")
-        return {k: _encode(v, arrays, f"{path}[{k!r}]") for k, v in value.items()}
-    known = objects.encode(value)
-    if known is not None:
-        return _encode(Tagged(*known), arrays, path)
-    if hasattr(value, "__array__") and hasattr(value, "dtype"):
-        return _encode_array(np.asarray(value), arrays, path)
-    raise TypeError(f"{path} is a {type(value).__module__}.{type(value).__qualname__}, which "
-                    "cannot travel as JSON; pass plain values, numpy arrays, or a file path")
-
-
-def _encode_array(array: np.ndarray, arrays: dict, path: str) -> dict:
-    if array.dtype.hasobject:
-        raise TypeError(f"{path} is an object array, which cannot travel without pickle")
-    name = f"a{len(arrays)}"
-    if array.dtype.kind == "V" and array.dtype.names is None:  # ml_dtypes: bfloat16, float8...
-        arrays[name] = array.astype(np.float32)
-        return {_ARRAY: name, "dtype": array.dtype.name}
-    arrays[name] = array
-    return {_ARRAY: name}
-
-
-def _decode_array(marker: dict, arrays: Callable[[str], np.ndarray]) -> np.ndarray:
-    array = arrays(marker[_ARRAY])
-    if "dtype" in marker:
-        import ml_dtypes
-
-        array = np.asarray(array).astype(getattr(ml_dtypes, marker["dtype"]))
-    return array
-
-
-def decode_tree(tree: Any, arrays: Callable[[str], np.ndarray]) -> Any:
-    """Inverse of :func:`encode_tree`; ``arrays(name)`` loads one array. Tags stay Tagged."""
-    if isinstance(tree, list):
-        return [decode_tree(v, arrays) for v in tree]
-    if not isinstance(tree, dict):
-        return tree
-    if _ARRAY in tree:
-        return _decode_array(tree, arrays)
-    if _TUPLE in tree:
-        return tuple(decode_tree(v, arrays) for v in tree[_TUPLE])
-    if _TAG in tree:
-        return Tagged(tree[_TAG], decode_tree(tree["value"], arrays))
-    return {k: decode_tree(v, arrays) for k, v in tree.items()}
+    """``plaintree.encode_tree`` that also lets the sweep's objects travel (``objects``)."""
+    return plaintree.encode_tree(value, arrays, what=what, known=objects.encode)
 
 
 def rebuild_tagged(value: Any) -> Any:
-    """Replace every :class:`Tagged` in ``value`` by its object (may import JAX)."""
-    if isinstance(value, Tagged):
-        return objects.rebuild(value.tag, rebuild_tagged(value.value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(rebuild_tagged(v) for v in value)
-    if isinstance(value, dict):
-        return {k: rebuild_tagged(v) for k, v in value.items()}
-    return value
+    """``plaintree.rebuild_tagged`` that also rebuilds the sweep's objects (may import JAX)."""
+    return plaintree.rebuild_tagged(value, objects.rebuild)
 
 
 # ---------------------------------------------------------------- files

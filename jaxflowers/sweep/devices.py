@@ -1,19 +1,16 @@
 """Which GPUs a sweep may use and the environment each job slot runs under.
 
 Counting GPUs must not import JAX: the parent of a sweep spawns workers that each own a
-GPU, and a parent that initialised a GPU backend would hold memory on all of them. So the
-GPUs are read from ``nvidia-smi -L`` and filtered by ``CUDA_VISIBLE_DEVICES``.
+GPU, and a parent that initialised a GPU backend would hold memory on all of them
+(``jaxflowers.gpus`` reads them from ``nvidia-smi`` and ``CUDA_VISIBLE_DEVICES``).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
-import shutil
-import subprocess
 from typing import Mapping, Sequence
 
-_GPU_LINE = re.compile(r"^GPU (\d+):.*\(UUID: (\S+)\)")
+from jaxflowers import gpus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,42 +22,22 @@ class Slot:
     jobs_per_device: int = 1
 
 
-def physical_gpus() -> list[tuple[str, str]]:
-    """(index, UUID) of every GPU ``nvidia-smi -L`` lists; [] without a driver or a GPU."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [m.groups() for m in map(_GPU_LINE.match, out.stdout.splitlines()) if m]
-
-
 def visible_gpus(environ: Mapping[str, str] | None = None,
                  physical: Sequence[tuple[str, str]] | None = None) -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES tokens (indices or UUIDs).
 
     Args:
       environ: the environment to read ``CUDA_VISIBLE_DEVICES`` from (default ``os.environ``).
-      physical: (index, UUID) pairs (default: ``physical_gpus()``).
+      physical: (index, UUID) pairs (default: ``gpus.physical_gpus()``).
 
     Returns:
-      Tokens in CUDA order: every physical index when ``CUDA_VISIBLE_DEVICES`` is unset,
-      otherwise its entries up to the first one naming no GPU (as CUDA itself stops there).
+      Tokens in CUDA order (see ``gpus.visible_gpus``): every physical index when
+      ``CUDA_VISIBLE_DEVICES`` is unset, else its entries up to the first naming no GPU.
     """
     environ = os.environ if environ is None else environ
-    physical = physical_gpus() if physical is None else list(physical)
-    mask = environ.get("CUDA_VISIBLE_DEVICES")
-    if mask is None:
-        return [index for index, _ in physical]
-    tokens = []
-    for token in (t.strip() for t in mask.split(",")):
-        if not any(token == index or (token.startswith("GPU-") and uuid.startswith(token))
-                   for index, uuid in physical):
-            break
-        tokens.append(token)
-    return tokens
+    physical = gpus.physical_gpus() if physical is None else list(physical)
+    return [token for token, _ in gpus.visible_gpus(environ.get("CUDA_VISIBLE_DEVICES"),
+                                                    physical)]
 
 
 def default_cpu_slots(cpu_count: int | None = None) -> int:
@@ -69,15 +46,16 @@ def default_cpu_slots(cpu_count: int | None = None) -> int:
 
 
 def make_slots(devices: str | int | Sequence[int | str], jobs_per_device: int,
-               gpus: Sequence[str]) -> list[Slot]:
+               gpus: Sequence[str], cpu_slots: int | None = None) -> list[Slot]:
     """The job slots of a pool.
 
     Args:
-      devices: "all" (every GPU in ``gpus``, or ``default_cpu_slots()`` CPU slots when there
-        is none), an int n (the first n GPUs; n CPU slots without GPUs), or a list of GPU
+      devices: "all" (every GPU in ``gpus``, or ``cpu_slots`` CPU slots when there is
+        none), an int n (the first n GPUs; n CPU slots without GPUs), or a list of GPU
         indices/UUIDs.
       jobs_per_device: jobs packed on each GPU (or run per CPU slot), >= 1.
       gpus: the visible GPUs (``visible_gpus()``).
+      cpu_slots: CPU slots for "all" without GPUs (default ``default_cpu_slots()``).
 
     Returns:
       ``len(devices) * jobs_per_device`` slots, GPU-major so packed jobs share a GPU.
@@ -85,16 +63,16 @@ def make_slots(devices: str | int | Sequence[int | str], jobs_per_device: int,
     if isinstance(jobs_per_device, bool) or not isinstance(jobs_per_device, int) \
             or jobs_per_device < 1:
         raise ValueError(f"jobs_per_device={jobs_per_device!r} must be a positive integer")
-    chosen = _choose_devices(devices, list(gpus))
+    chosen = _choose_devices(devices, list(gpus), cpu_slots or default_cpu_slots())
     return [Slot(i * jobs_per_device + j, gpu, jobs_per_device)
             for i, gpu in enumerate(chosen) for j in range(jobs_per_device)]
 
 
-def _choose_devices(devices, gpus: list[str]) -> list[str | None]:
+def _choose_devices(devices, gpus: list[str], cpu_slots: int) -> list[str | None]:
     if isinstance(devices, str):
         if devices != "all":
             raise ValueError(f'devices={devices!r}: use "all", a count or a list of GPU ids')
-        return list(gpus) or [None] * default_cpu_slots()
+        return list(gpus) or [None] * cpu_slots
     if isinstance(devices, int) and not isinstance(devices, bool):
         if devices < 1:
             raise ValueError(f"devices={devices} must be at least 1")

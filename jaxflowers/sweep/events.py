@@ -24,6 +24,7 @@ class EventDispatcher:
         self._items: queue.SimpleQueue = queue.SimpleQueue()
         self._callbacks: list[Callable] = []
         self._backlog: list[tuple[int, dict]] = []
+        self._completed: set[int] = set()  # jobs whose end was dispatched (each once)
         self._thread = threading.Thread(target=self._run, name="sweep-events", daemon=True)
         self._thread.start()
 
@@ -36,7 +37,8 @@ class EventDispatcher:
         self._items.put(("message", (job_index, message)))
 
     def finish(self, job, value: Any, error: BaseException | None, cancelled: bool) -> None:
-        """Complete ``job.future`` (after the messages queued before) with one outcome."""
+        """Complete ``job.future`` (after the messages queued before) with one outcome;
+        a job the pool stopped ends cancelled (through ``JobFuture.cancel``)."""
         self._items.put(("finish", (job, value, error, cancelled)))
 
     def close(self) -> None:
@@ -74,11 +76,14 @@ class EventDispatcher:
 
     def _complete(self, job, value: Any, error: BaseException | None, cancelled: bool) -> None:
         """Tell the callbacks how a job ended badly (the job itself cannot), then complete
-        its future."""
+        its future (once, however often the pool reports the end)."""
+        if job.index in self._completed:
+            return
+        self._completed.add(job.index)
         future = job.future
         if cancelled:
             self._dispatch((job.index, {"state": "cancelled"}))
-            future._cancel_running()
+            future.cancel()  # a no-op when the caller's cancel() got there first
         elif error is not None:
             self._dispatch((job.index, {"state": "failed", "error": str(error).split("\n")[0]}))
             future.set_exception(error)

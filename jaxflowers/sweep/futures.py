@@ -2,13 +2,13 @@
 
 A ``JobFuture`` is a real ``concurrent.futures.Future`` (``as_completed``, ``wait`` and
 ``add_done_callback`` work), with one difference MATLAB users expect from ``cancel(F)``:
-cancelling a *running* job kills it instead of being refused.
+cancelling a *running* job kills it instead of being refused. It uses only the public
+``Future`` API for that: the future stays pending while the job runs.
 """
 from __future__ import annotations
 
 import threading
 from concurrent.futures import CancelledError, Future, wait
-from concurrent.futures._base import CANCELLED_AND_NOTIFIED, RUNNING
 from typing import Any, Callable, Iterable
 
 from jaxflowers.sweep import codec
@@ -43,23 +43,38 @@ class JobTimeoutError(JobError, TimeoutError):
 class JobFuture(Future):
     """A ``concurrent.futures.Future`` for one sweep job (MATLAB: a ``parallel.FevalFuture``).
 
+    The future stays pending while its job runs, so ``Future.cancel`` can still cancel it:
+    ``cancel()`` stops the job (a running one is killed), then cancels the future through
+    the standard API. ``running()`` reports whether the job is running.
+
     Attributes:
       job_index: the job's number in its pool.
     """
 
-    def __init__(self, job_index: int, canceller: Callable[["JobFuture"], bool]):
+    def __init__(self, job_index: int, *, stop_job: Callable[[int], bool],
+                 job_running: Callable[[int], bool]):
         super().__init__()
         self.job_index = job_index
-        self._canceller = canceller
-        self._rebuild_lock = threading.Lock()
-        self._rebuilt = False
+        self._stop_job, self._job_running = stop_job, job_running
+        self._cancel_lock, self._rebuild_lock = threading.Lock(), threading.Lock()
+        self._rebuilt: tuple[Any] | None = None
 
     def cancel(self) -> bool:
         """Cancel the job, queued or running (a running one is killed, its slot freed).
 
         MATLAB: ``cancel(F)``. Returns False only when the job has already finished.
         """
-        return self._canceller(self)
+        with self._cancel_lock:
+            if self.cancelled():
+                return True
+            if not self._stop_job(self.job_index) or not super().cancel():
+                return False
+            self.set_running_or_notify_cancel()  # wakes wait() and as_completed() now
+            return True
+
+    def running(self) -> bool:
+        """Whether the job has started and not yet ended."""
+        return not self.done() and self._job_running(self.job_index)
 
     def result(self, timeout: float | None = None) -> Any:
         """The job's return value (waits up to ``timeout`` s); raises its error otherwise.
@@ -69,29 +84,14 @@ class JobFuture(Future):
         """
         value = super().result(timeout)
         with self._rebuild_lock:
-            if not self._rebuilt:
-                self._result = value = codec.rebuild_tagged(value)
-                self._rebuilt = True
-            return self._result
+            if self._rebuilt is None:
+                self._rebuilt = (codec.rebuild_tagged(value),)
+            return self._rebuilt[0]
 
-    def _cancel_queued(self) -> bool:
-        """Cancel a job that never started, and tell ``wait``/``as_completed`` at once."""
-        if Future.cancel(self):
-            if not self.set_running_or_notify_cancel():
-                return True
-        return self.cancelled()
-
-    def _cancel_running(self) -> bool:
-        """Mark a running job cancelled (its process is being killed) and notify waiters."""
-        with self._condition:
-            if self._state != RUNNING:
-                return self.cancelled()
-            self._state = CANCELLED_AND_NOTIFIED
-            for waiter in self._waiters:
-                waiter.add_cancelled(self)
-            self._condition.notify_all()
-        self._invoke_callbacks()
-        return True
+    def __repr__(self) -> str:
+        state = ("cancelled" if self.cancelled() else "finished" if self.done() else
+                 "running" if self.running() else "pending")
+        return f"<JobFuture job {self.job_index} {state}>"
 
 
 def fetch_outputs(futures: Iterable[Future], *, unpack: bool = True,

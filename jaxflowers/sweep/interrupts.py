@@ -59,8 +59,8 @@ def terminate_all() -> None:
 
 
 def _handle(signum, frame) -> None:
+    previous = _state["previous"].get(signum, signal.SIG_DFL)  # before terminate forgets it
     terminate_all()
-    previous = _state["previous"].get(signum, signal.SIG_DFL)
     if callable(previous):
         previous(signum, frame)
     elif previous == signal.SIG_DFL:  # die of the same signal, as the default would

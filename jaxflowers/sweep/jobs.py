@@ -14,7 +14,7 @@ from jaxflowers.recipes import MODELS  # the registry's network names (imports n
 from jaxflowers.sweep.channel import report
 
 
-def train_job(*, data, model, options, seed: int | None = None):
+def train_job(*, data, model, options, execution=None, seed: int | None = None):
     """Train one network in a sweep job and stream its progress to the pool.
 
     MATLAB: the function handed to ``parfeval`` in "Train Deep Learning Networks in
@@ -27,9 +27,13 @@ def train_job(*, data, model, options, seed: int | None = None):
         of each label held out of the training set.
       model: ``(name, kwargs)``, e.g. ``("cifar_net", {"depth": 2})`` or
         ``("resnet50", {"num_classes": 5})``; ``num_classes`` defaults to the data's.
-      options: a dict of ``TrainingOptions`` fields (JSON-able), or a ``TrainingOptions``
-        without ``output_fn``. Validation data, if any, comes from ``data``; ``plots``
-        is set to "none" (draw ``plots.sweep_progress(pool)`` in the caller instead).
+      options: a dict of ``TrainingOptions`` fields (JSON-able; ``ExecutionOptions``
+        fields such as ``steps_per_dispatch`` are routed to ``execution``), or a
+        ``TrainingOptions`` without ``output_fn``. Validation data, if any, comes from
+        ``data``; ``plots`` is set to "none" (draw ``plots.sweep_progress(pool)`` in the
+        caller instead).
+      execution: how the job's training runs (``train(..., execution=...)``): a dict of
+        ``ExecutionOptions`` fields or ``ExecutionOptions``; None: the defaults.
       seed: overrides ``options["seed"]`` (initialisation, shuffling, augmentation).
 
     Returns:
@@ -39,7 +43,9 @@ def train_job(*, data, model, options, seed: int | None = None):
 
     Every ``output_fn`` message of ``train`` ({"state", "iteration", "epoch", "loss",
     "accuracy", "learn_rate"}, plus "validation_loss"/"validation_accuracy" after a
-    validation) is forwarded with ``report``, so ``DevicePool.after_each`` sees it.
+    validation) is forwarded with ``report``, so ``DevicePool.after_each`` sees it. A run
+    that diverged (``info.diverged``) still returns ``(net, info)`` (the last finite
+    network), after a last message ``{"state": "failed", "error": info.stop_reason}``.
 
     Compiled programs are shared through the persistent compilation cache
     (``enable_compilation_cache``), so a job that repeats an earlier job's network and
@@ -52,8 +58,11 @@ def train_job(*, data, model, options, seed: int | None = None):
 
     train_set, validation_set = load_data(data)
     module = build_model(model, num_classes=len(train_set.class_names))
-    options, execution = _options(options, seed, validation_set)
-    return train(train_set, module, options, execution=execution)
+    options, execution = _options(options, execution, seed, validation_set)
+    net, info = train(train_set, module, options, execution=execution)
+    if info.diverged:
+        report({"state": "failed", "error": info.stop_reason})
+    return net, info
 
 
 def _forward(message: dict) -> bool:
@@ -62,32 +71,66 @@ def _forward(message: dict) -> bool:
     return False
 
 
-def _options(options, seed: int | None, validation_set):
-    """(TrainingOptions, ExecutionOptions) from a job's options; ``ExecutionOptions``
-    fields given among them (e.g. ``steps_per_dispatch``) go to the second."""
+def job_options(options, execution=None) -> tuple[Any, Any]:
+    """``(TrainingOptions, ExecutionOptions)`` from a job's ``options`` and ``execution``.
+
+    Imports no JAX, so a caller can check options before any worker starts.
+
+    Args:
+      options: a dict of ``TrainingOptions`` fields (``augmentation`` may be a dict of
+        ``Augmentation`` fields), where ``ExecutionOptions`` fields (e.g.
+        ``steps_per_dispatch``) are accepted too and go to the second; or
+        ``TrainingOptions``.
+      execution: None, a dict of ``ExecutionOptions`` fields, or ``ExecutionOptions``;
+        execution fields given in ``options`` replace its.
+
+    Raises:
+      ValueError: naming the option that is unknown or whose value is not allowed.
+      TypeError: ``options`` or ``execution`` is of another type.
+    """
+    from jaxflowers.data.augment import Augmentation
     from jaxflowers.execution import ExecutionOptions
     from jaxflowers.options import TrainingOptions
 
-    if isinstance(options, TrainingOptions):
-        fields = {name: getattr(options, name) for name in options.__dataclass_fields__}
-    elif isinstance(options, Mapping):
-        fields = dict(options)
-    else:
-        raise TypeError(f"options must be a dict of TrainingOptions fields or a "
-                        f"TrainingOptions, not {type(options).__name__}")
+    fields = _fields(options, TrainingOptions, "options")
+    routed = {f.name: fields.pop(f.name) for f in dataclasses.fields(ExecutionOptions)
+              if f.name in fields}
+    known = [f.name for f in dataclasses.fields(TrainingOptions)]
+    unknown = [name for name in fields if name not in known]
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r}: neither TrainingOptions nor "
+                         f"ExecutionOptions has such a field (TrainingOptions: "
+                         f"{', '.join(known)})")
     if isinstance(fields.get("augmentation"), Mapping):
-        from jaxflowers.data import Augmentation
+        try:
+            fields["augmentation"] = Augmentation(**fields["augmentation"])
+        except TypeError as error:
+            raise ValueError(f"augmentation={fields['augmentation']!r}: {error}") from None
+    execution = {**_fields(execution or {}, ExecutionOptions, "execution"), **routed}
+    try:
+        return TrainingOptions(**fields), ExecutionOptions(**execution)
+    except TypeError as error:  # an unknown ExecutionOptions field in ``execution``
+        raise ValueError(f"execution: {error}") from None
 
-        fields["augmentation"] = Augmentation(**fields["augmentation"])
+
+def _fields(value, cls, what: str) -> dict:
+    """The init fields of a ``cls`` instance or a dict of them, as a new dict."""
+    if isinstance(value, cls):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{what} must be a dict of {cls.__name__} fields or a {cls.__name__}, "
+                    f"not {type(value).__name__}")
+
+
+def _options(options, execution, seed: int | None, validation_set):
+    options, execution = job_options(options, execution)
+    changes = {"output_fn": _forward, "plots": "none"}  # plots.sweep_progress(pool) draws
     if seed is not None:
-        fields["seed"] = seed
+        changes["seed"] = seed
     if validation_set is not None:
-        fields["validation_data"] = validation_set
-    fields["output_fn"] = _forward
-    fields["plots"] = "none"  # a worker has no screen: plots.sweep_progress(pool) draws
-    execution = {f.name: fields.pop(f.name) for f in dataclasses.fields(ExecutionOptions)
-                 if f.name in fields}
-    return TrainingOptions(**fields), ExecutionOptions(**execution)
+        changes["validation_data"] = validation_set
+    return options.replace(**changes), execution
 
 
 def load_data(spec) -> tuple[Any, Any]:

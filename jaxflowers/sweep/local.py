@@ -13,6 +13,7 @@ import threading
 import time
 
 from jaxflowers.sweep import devices
+from jaxflowers.sweep.backend import Job, JobEvents
 from jaxflowers.sweep.process import WorkerProcess, outcome, to_result, write_spec
 
 
@@ -31,6 +32,10 @@ class LocalBackend:
         """The visible GPUs (``devices.visible_gpus``), counted without JAX."""
         return devices.visible_gpus()
 
+    def cpu_slots(self) -> int:
+        """CPU job slots without a GPU (``devices.default_cpu_slots``)."""
+        return devices.default_cpu_slots()
+
     def prepare(self, reference: dict, arguments, arrays: dict) -> pathlib.Path:
         """Write a job's folder at submit time; returns it."""
         folder = pathlib.Path(tempfile.mkdtemp(prefix="job-", dir=self._scratch))
@@ -41,15 +46,15 @@ class LocalBackend:
         """Remove a job folder that will never run."""
         shutil.rmtree(staged, ignore_errors=True)
 
-    def start(self, job, slot: devices.Slot, pool) -> None:
-        """Spawn ``job``'s worker on ``slot``; report messages and the end to ``pool``."""
+    def start(self, job: Job, slot: devices.Slot, events: JobEvents) -> None:
+        """Spawn ``job``'s worker on ``slot``; report its messages and end to ``events``."""
         env = devices.slot_environment(slot, os.environ, memory_fraction=self._memory_fraction)
         log_path = self.log_dir / f"job-{job.index:04d}.log"
         job.handle = WorkerProcess(job.staged, env, log_path)
-        reader = threading.Thread(target=_forward, args=(job, pool), daemon=True,
+        reader = threading.Thread(target=_forward, args=(job, events), daemon=True,
                                   name=f"sweep-job-{job.index}-progress")
         reader.start()
-        threading.Thread(target=self._watch, args=(job, reader, pool), daemon=True,
+        threading.Thread(target=self._watch, args=(job, reader, events), daemon=True,
                          name=f"sweep-job-{job.index}-exit").start()
 
     def kill(self, job) -> None:
@@ -72,7 +77,7 @@ class LocalBackend:
         shutil.rmtree(self._scratch, ignore_errors=True)
 
     @staticmethod
-    def _watch(job, reader: threading.Thread, pool) -> None:
+    def _watch(job: Job, reader: threading.Thread, events: JobEvents) -> None:
         handle: WorkerProcess = job.handle
         returncode = handle.wait()
         reader.join(timeout=5.0)  # the pipe closes with the process group
@@ -81,9 +86,9 @@ class LocalBackend:
         except Exception as failure:  # noqa: BLE001 (e.g. the scratch folder was removed)
             value, error = None, failure
         shutil.rmtree(job.staged, ignore_errors=True)
-        pool._finished(job, value, error)
+        events.finished(value, error)
 
 
-def _forward(job, pool) -> None:
+def _forward(job: Job, events: JobEvents) -> None:
     for message in job.handle.messages():
-        pool._deliver(job, message)
+        events.message(message)

@@ -1,73 +1,85 @@
 """jaxflowers objects that may cross the process boundary of a sweep, without pickle.
 
-``TrainingOptions``, ``Augmentation`` and image sets (arguments), ``TrainedNet`` and
-``TrainingInfo`` (results) travel as their dataclass fields; the Flax modules of
-``jaxflowers.models`` as their class and fields. Only the classes listed here (and modules
-of ``jaxflowers.models``) are ever rebuilt, so a file cannot make a process import or call
-anything else. Encoding needs no import (the object exists already); rebuilding imports
-the class's module, which may import JAX: workers do it for arguments, and the caller's
-``Future.result()`` for results.
+``TrainingOptions`` (with its learning-rate schedules), ``ExecutionOptions``,
+``Augmentation`` and image sets (arguments), ``TrainedNet`` and ``TrainingInfo`` (results)
+travel as their dataclass fields (the Flax modules of
+``jaxflowers.models`` and dtypes are ``jaxflowers.plaintree``'s own). The classes are
+named by importing them (:func:`travelling_class`), and an object travels only if its
+class *is* one of them, so moving or renaming a class breaks an import the tests run
+rather than silently refusing it. Only these classes are ever rebuilt, so a file cannot
+make a process import or call anything else. Encoding imports nothing new (the object's
+class is loaded already); rebuilding may import JAX: workers do it for arguments, the
+caller's ``Future.result()`` for results.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any
 
-DATACLASSES = frozenset({
-    "jaxflowers.options:TrainingOptions", "jaxflowers.data.augment:Augmentation",
-    "jaxflowers.data.imageset:ImageSet", "jaxflowers.net:TrainedNet",
-    "jaxflowers.info:TrainingInfo",
-    *(f"jaxflowers.schedules:{name}" for name in ("Constant", "Piecewise", "Warmup", "Cosine",
-                                                  "Polynomial", "Exponential", "Cyclical"))})
-_IMAGE_SETS = frozenset({"jaxflowers.data.folder:ImageFolder"})  # loaded, then an ImageSet
-_MODELS = "jaxflowers.models."
+# Learning-rate schedules (``jaxflowers.schedules``) that travel inside TrainingOptions.
+_SCHEDULES = ("Constant", "Piecewise", "Warmup", "Cosine", "Polynomial", "Exponential",
+              "Cyclical")
+# Tags of the dataclasses that travel; ``travelling_class(tag).__name__ == tag``.
+TAGS = ("TrainingOptions", "ExecutionOptions", "Augmentation", "ImageSet", "TrainedNet",
+        "TrainingInfo", *_SCHEDULES)
 
 
-def class_ref(cls: type) -> str:
-    """"module:qualname" of a class."""
-    return f"{cls.__module__}:{cls.__qualname__}"
+def travelling_class(tag: str) -> type:
+    """The class that travels as ``tag`` (one of ``TAGS``); imports its module.
+
+    Raises:
+      ValueError: for any other tag.
+    """
+    if tag == "TrainingOptions":
+        from jaxflowers.options import TrainingOptions as cls
+    elif tag == "ExecutionOptions":
+        from jaxflowers.execution import ExecutionOptions as cls
+    elif tag == "Augmentation":
+        from jaxflowers.data.augment import Augmentation as cls
+    elif tag == "ImageSet":
+        from jaxflowers.data.imageset import ImageSet as cls
+    elif tag == "TrainedNet":
+        from jaxflowers.net import TrainedNet as cls
+    elif tag == "TrainingInfo":
+        from jaxflowers.info import TrainingInfo as cls
+    elif tag in _SCHEDULES:
+        from jaxflowers import schedules
+
+        cls = getattr(schedules, tag)
+    else:
+        raise ValueError(f"refusing to rebuild {tag!r}: not a jaxflowers class that may travel")
+    return cls
+
+
+def _travels(cls: type) -> str | None:
+    """``cls``'s tag when it is one of the travelling classes itself (no subclass, no
+    namesake), else None."""
+    tag = cls.__name__
+    return tag if tag in TAGS and travelling_class(tag) is cls else None
 
 
 def encode(value: Any) -> tuple[str, Any] | None:
-    """(tag, plain fields) for a jaxflowers object that may travel, else None.
+    """(tag, plain fields) for a jaxflowers dataclass that may travel, else None.
 
     Raises:
       TypeError: for ``TrainingOptions`` with an ``output_fn`` (a function cannot travel;
         a job's progress reaches the caller through ``report`` and ``after_each``).
     """
-    if isinstance(value, type) and class_ref(value).startswith(_MODELS):
-        return "class", {"class": class_ref(value)}  # e.g. ResNet's block_cls
-    ref = class_ref(type(value))
-    if ref in _IMAGE_SETS and hasattr(value, "load"):
-        value, ref = value.load(), "jaxflowers.data.imageset:ImageSet"
-    if ref in DATACLASSES:
+    cls = type(value)
+    if not cls.__module__.startswith("jaxflowers."):
+        return None
+    from jaxflowers.data.folder import ImageFolder  # imports no JAX
+
+    if cls is ImageFolder:
+        value, cls = value.load(), travelling_class("ImageSet")  # the images, not the folder
+    tag = _travels(cls)
+    if tag is not None:
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
         if fields.get("output_fn") is not None:
             raise TypeError("TrainingOptions.output_fn cannot travel to a worker; report "
                             "progress with jaxflowers.sweep.report and DevicePool.after_each")
-        return "dataclass", {"class": ref, "fields": fields}
-    if ref.startswith(_MODELS) and dataclasses.is_dataclass(value):
-        return "module", {"class": ref, "fields": _module_fields(value)}
-    if _is_dtype(value):
-        import numpy as np
-
-        return "dtype", {"name": np.dtype(value).name}
+        return "dataclass", {"class": tag, "fields": fields}
     return None
-
-
-def _module_fields(module) -> dict:
-    return {f.name: getattr(module, f.name) for f in dataclasses.fields(module)
-            if f.init and f.name not in ("parent", "name")}
-
-
-def _is_dtype(value) -> bool:
-    """A numpy or JAX scalar type such as ``np.float32``, ``jnp.float32``, ``jnp.bfloat16``."""
-    import numpy as np
-
-    if not isinstance(value, type):
-        return False
-    return issubclass(value, np.generic) or isinstance(getattr(value, "dtype", None), np.dtype)
 
 
 def rebuild(tag: str, value: dict) -> Any:
@@ -76,20 +88,7 @@ def rebuild(tag: str, value: dict) -> Any:
     Raises:
       ValueError: for a tag or class outside the fixed list.
     """
-    if tag == "dtype":
-        import numpy as np
-
-        if value["name"] == "bfloat16":
-            import ml_dtypes
-
-            return ml_dtypes.bfloat16
-        return np.dtype(value["name"]).type
-    ref = value["class"]
-    allowed = ref in DATACLASSES if tag == "dataclass" else (
-        tag in ("module", "class") and ref.startswith(_MODELS))
-    if not allowed:
-        raise ValueError(f"refusing to rebuild {tag} {ref!r}: not a jaxflowers class that "
-                         "may travel")
-    module, _, name = ref.partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    return cls if tag == "class" else cls(**value["fields"])
+    if tag != "dataclass":
+        raise ValueError(f"refusing to rebuild {tag} {value.get('class')!r}: not a jaxflowers "
+                         "class that may travel")
+    return travelling_class(value["class"])(**value["fields"])

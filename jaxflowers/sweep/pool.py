@@ -10,31 +10,35 @@ Nothing here imports JAX: the caller must not hold a GPU while its workers start
 from __future__ import annotations
 
 import collections
-import dataclasses
+import functools
 import os
 import threading
 from concurrent.futures import wait
 from typing import Any, Callable, Sequence
 
 from jaxflowers.sweep import codec, interrupts
-from jaxflowers.sweep.devices import Slot, make_slots
+from jaxflowers.sweep.backend import Backend, Job, JobEvents
+from jaxflowers.sweep.devices import make_slots
 from jaxflowers.sweep.events import EventDispatcher
 from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError
 
-@dataclasses.dataclass(eq=False)
-class Job:
-    """One submitted job as the pool and its backend see it."""
 
-    index: int
-    future: JobFuture
-    reference: dict            # codec.job_reference(fn)
-    staged: Any                # what the backend prepared at submit (files or bytes)
-    timeout: float | None
-    state: str = "queued"      # queued -> running -> done
-    stop_reason: str | None = None  # why the pool killed it: cancel | timeout | shutdown
-    slot: Slot | None = None
-    handle: Any = None         # the backend's process or task
-    timer: threading.Timer | None = None
+# The "state" of the messages train_job sends (train's output_fn) and the pool adds.
+MESSAGE_STATES = ("start", "iteration", "validation", "done", "failed", "cancelled")
+
+
+class _OnlyStates:
+    """An ``after_each`` callback that sees only messages of some states."""
+
+    def __init__(self, callback: Callable[[int, dict], Any], states: frozenset[str]):
+        self.callback, self.states = callback, states
+
+    def __call__(self, job_index: int, message: dict) -> None:
+        if message.get("state") in self.states:
+            self.callback(job_index, message)
+
+    def __repr__(self) -> str:
+        return f"{self.callback!r} (states {sorted(self.states)})"
 
 
 class DevicePool:
@@ -46,7 +50,8 @@ class DevicePool:
       devices: "all" (every visible GPU, counted without importing JAX; without a GPU,
         ``max(2, cpu_count // 8)`` CPU slots), an int n (the first n GPUs, or n CPU slots
         without GPUs), or a list of GPU indices/UUIDs. On Ray, GPUs are the cluster's and
-        only their number matters (Ray places the tasks).
+        only their number matters (Ray places the tasks); a cluster without GPUs has one
+        CPU slot per 8 cores of each node (at least one per node).
       jobs_per_device: jobs packed on each GPU; each then gets ``0.9 / jobs_per_device``
         of its memory (see ``memory_fraction``) and no preallocation.
       backend: "local" (subprocesses on this machine) or "ray" (tasks on a Ray cluster;
@@ -54,7 +59,9 @@ class DevicePool:
       log_dir: folder for the per-job logs ``job-0000.log``...; None keeps them in a
         temporary folder removed at shutdown.
       memory_fraction: GPU memory fraction per job (``XLA_PYTHON_CLIENT_MEM_FRACTION``).
-      address: the Ray cluster to join (``ray.init(address=...)``); Ray backend only.
+      address: the Ray cluster to join ("HOST:PORT", "ray://HOST:10001" or "auto");
+        default ``$RAY_ADDRESS``; with neither, a local Ray is started. Ray backend only;
+        it prints one line saying which cluster it joined.
     """
 
     def __init__(self, devices: str | int | Sequence[int | str] = "all", jobs_per_device: int = 1,
@@ -65,7 +72,8 @@ class DevicePool:
         self._backend = _make_backend(backend, log_dir=log_dir, address=address,
                                       memory_fraction=memory_fraction)
         try:
-            self._slots = make_slots(devices, jobs_per_device, self._backend.gpus())
+            self._slots = make_slots(devices, jobs_per_device, self._backend.gpus(),
+                                     self._backend.cpu_slots())
         except BaseException:
             self._backend.close()
             raise
@@ -139,13 +147,15 @@ class DevicePool:
                 self._backend.discard(staged)
                 raise RuntimeError("cannot submit jobs to a DevicePool after shutdown")
             index = len(self._jobs)
-            job = Job(index, JobFuture(index, self._cancel), reference, staged, timeout)
+            future = JobFuture(index, stop_job=self._stop, job_running=self._is_running)
+            job = Job(index, future, reference, staged, timeout)
             self._jobs.append(job)
             self._queue.append(job)
             self._start_queued()
         return job.future
 
-    def after_each(self, callback: Callable[[int, dict], Any]) -> Callable[[int, dict], Any]:
+    def after_each(self, callback: Callable[[int, dict], Any] | None = None, *,
+                   states: Sequence[str] | None = None):
         """Call ``callback(job_index, message)`` for every ``report(message)`` of every job.
 
         MATLAB: ``afterEach(queue, fcn)``. Callbacks run on one pool thread of the caller's
@@ -153,9 +163,25 @@ class DevicePool:
         completes. Messages sent before the first callback is registered are kept and
         delivered to it. For a job that fails or is cancelled the pool adds a last message
         ``{"state": "failed", "error": str}`` or ``{"state": "cancelled"}``, as
-        ``plots.sweep_progress`` expects. Usable as a decorator; returns ``callback``.
+        ``plots.sweep_progress`` expects. Usable as a decorator (``@pool.after_each`` or
+        ``@pool.after_each(states=...)``); returns ``callback``.
+
+        Args:
+          callback: the function to call.
+          states: only messages whose "state" is one of these (``MESSAGE_STATES``:
+            "start", "iteration", "validation", "done", "failed", "cancelled"); None: all.
+            ``states=("validation", "done", "failed", "cancelled")`` gives a line per
+            validation and job end instead of one per iteration.
         """
-        self._events.add_callback(callback)
+        if callback is None:
+            return functools.partial(self.after_each, states=states)
+        if states is not None:
+            states = frozenset([states] if isinstance(states, str) else states)
+            unknown = sorted(states - set(MESSAGE_STATES))
+            if unknown:
+                raise ValueError(f"after_each(states=...): {unknown} are not message states; "
+                                 f"use some of {', '.join(MESSAGE_STATES)}")
+        self._events.add_callback(callback if states is None else _OnlyStates(callback, states))
         return callback
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -171,7 +197,7 @@ class DevicePool:
             for job in cancelled:
                 self._drop_queued(job)
         for job in cancelled:
-            job.future._cancel_queued()
+            job.future.cancel()  # at once, as the standard executors do
         if wait:
             self._wait_all()
         self._close_if_idle()
@@ -195,38 +221,41 @@ class DevicePool:
         """Start queued jobs while slots are free (call with the lock held)."""
         while self._queue and self._free and not self._closed:
             job, slot = self._queue.popleft(), self._free.popleft()
-            job.future.set_running_or_notify_cancel()
             job.state, job.slot = "running", slot
             self._running[job.index] = job
+            events = JobEvents(message=functools.partial(self._events.put, job.index),
+                               finished=functools.partial(self._job_ended, job))
             try:
-                self._backend.start(job, slot, self)
+                self._backend.start(job, slot, events)
             except Exception as error:  # noqa: BLE001 (the job fails, the pool goes on)
-                self._finished(job, error=JobError(job.index, f"could not start: {error}"))
+                self._job_ended(job, None, JobError(job.index, f"could not start: {error}"))
                 continue
             if job.timeout is not None:
                 job.timer = threading.Timer(job.timeout, self._time_out, (job,))
                 job.timer.daemon = True
                 job.timer.start()
 
-    def _cancel(self, future: JobFuture) -> bool:
-        job = self._jobs[future.job_index]
+    def _stop(self, job_index: int) -> bool:
+        """Stop a job for ``JobFuture.cancel``: drop it from the queue or kill it. Returns
+        whether its future should end cancelled (False once it ended by itself)."""
+        job = self._jobs[job_index]
         with self._lock:
             if job.state == "queued":
                 self._drop_queued(job)
-                queued = True
-            elif job.state == "running" and job.stop_reason in (None, "cancel"):
+            elif job.state == "running" and job.stop_reason is None:
                 job.stop_reason = "cancel"
                 self._backend.kill(job)
-                queued = False
-            else:
-                return future.cancelled()
-        return future._cancel_queued() if queued else future._cancel_running()
+            return job.stop_reason in ("cancel", "shutdown")
+
+    def _is_running(self, job_index: int) -> bool:
+        return self._jobs[job_index].state == "running"
 
     def _drop_queued(self, job: Job) -> None:
         """Take a job that never started out of the queue (call with the lock held)."""
         self._queue.remove(job)
-        job.state = "done"
-        self._events.put(job.index, {"state": "cancelled"})
+        job.state, job.stop_reason = "done", "cancel"
+        self._backend.discard(job.staged)
+        self._events.finish(job, None, None, cancelled=True)
 
     def _time_out(self, job: Job) -> None:
         with self._lock:
@@ -234,14 +263,8 @@ class DevicePool:
                 job.stop_reason = "timeout"
                 self._backend.kill(job)
 
-    # ------------------------------------------------------------------ backend events
-
-    def _deliver(self, job: Job, message: dict) -> None:
-        """A backend thread received ``message`` from ``job``."""
-        self._events.put(job.index, message)
-
-    def _finished(self, job: Job, value: Any = None, error: BaseException | None = None) -> None:
-        """A backend thread saw ``job`` end with ``value`` (decoded result) or ``error``."""
+    def _job_ended(self, job: Job, value: Any, error: BaseException | None) -> None:
+        """``JobEvents.finished`` of ``job``: free its slot, then complete its future."""
         with self._lock:
             if job.state == "done":
                 return
@@ -292,15 +315,13 @@ class DevicePool:
             for job in queued:
                 self._drop_queued(job)
             for job in running:
-                job.stop_reason = job.stop_reason or "shutdown"
+                job.stop_reason = "cancel" if job.stop_reason == "cancel" else "shutdown"
         finally:
             if locked:
                 self._lock.release()
-        for job in queued:
-            job.future._cancel_queued()
         self._backend.kill_all(running, grace)
-        for job in running:
-            job.future._cancel_running()
+        for job in running:  # at exit their backend threads may never run again
+            self._events.finish(job, None, None, cancelled=True)
         with self._lock:
             if self._closed:
                 return
@@ -310,7 +331,7 @@ class DevicePool:
         interrupts.unregister(self)
 
 
-def _make_backend(name: str, *, log_dir, address, memory_fraction):
+def _make_backend(name: str, *, log_dir, address, memory_fraction) -> Backend:
     if name == "local":
         if address is not None:
             raise ValueError("address= is for backend='ray'; the local backend has none")

@@ -15,14 +15,12 @@ import sys
 import threading
 from typing import Any, Iterator, Mapping
 
+from jaxflowers.launch import start_module
 from jaxflowers.sweep import codec
 from jaxflowers.sweep.channel import ENV_FD
 from jaxflowers.sweep.futures import JobError
 
 _log = logging.getLogger(__name__)
-# The folder holding the ``jaxflowers`` package, put on the worker's PYTHONPATH so
-# ``python -m jaxflowers.sweep.worker`` works from a source checkout too.
-PACKAGE_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 
 
 def write_spec(folder: pathlib.Path, reference: dict, arguments: Any, arrays: dict,
@@ -46,17 +44,14 @@ class WorkerProcess:
 
     def __init__(self, folder: pathlib.Path, env: Mapping[str, str], log_path: pathlib.Path):
         self.folder, self.log_path = folder, log_path
-        env = dict(env)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT,
-                                                          env.get("PYTHONPATH")]))
         read_fd, write_fd = os.pipe()
-        env[ENV_FD] = str(write_fd)
+        env = {**env, ENV_FD: str(write_fd)}
         try:
             with open(log_path, "wb") as log:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "jaxflowers.sweep.worker", str(folder)],
-                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
-                    pass_fds=(write_fd,), start_new_session=True)
+                self.proc = start_module(
+                    "jaxflowers.sweep.worker", str(folder), env=env, stdin=subprocess.PIPE,
+                    stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                    start_new_session=True)
         except BaseException:
             os.close(read_fd)
             raise

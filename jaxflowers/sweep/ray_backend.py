@@ -11,8 +11,9 @@ Ray worker, dies; processes the job itself started may then survive unless the c
 runs with ``RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper=true``).
 Payloads are JSON-able data and npz bytes; the job function travels as a
 "module:qualname" string (Ray's own transport of those plain values is its business).
-Ray must be able to import ``jaxflowers`` on its nodes: install it there; from a
-checkout, the tasks get the package's folder on their PYTHONPATH.
+Ray must be able to import ``jaxflowers`` and the job's module on its nodes: install them
+there; from a checkout, the package's folder is put in front of each node's own
+PYTHONPATH (Ray expands ``${PYTHONPATH}`` to the node's value).
 """
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ import time
 import numpy as np
 
 from jaxflowers.sweep import devices
+from jaxflowers.sweep.backend import Job, JobEvents
 from jaxflowers.sweep.futures import JobError
-from jaxflowers.sweep.process import PACKAGE_ROOT, WorkerProcess, outcome, to_result, write_spec
+from jaxflowers.launch import package_path
+from jaxflowers.sweep.process import WorkerProcess, outcome, to_result, write_spec
 
 
 def _import_ray():
@@ -43,11 +46,42 @@ def _import_ray():
     return ray
 
 
+def join(ray, address: str | None) -> str:
+    """Initialise Ray (unless this process has already) and say where, in one line.
+
+    ``address`` (or ``$RAY_ADDRESS``) names a cluster to join ("auto": the one started on
+    this machine with ``ray start``); with neither, a local Ray is started for this process.
+    """
+    if ray.is_initialized():
+        how = "Ray: using the cluster this process had joined"
+    elif address or os.environ.get("RAY_ADDRESS"):
+        where = address or os.environ["RAY_ADDRESS"]
+        try:
+            ray.init(address=address)
+        except ConnectionError as error:
+            if "auth" in f"{error} {error.__cause__}".lower():
+                raise ConnectionError(
+                    f"the Ray cluster at {where} requires its authentication token: set "
+                    "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (`ray get-auth-token` on the head "
+                    "node prints it), or copy the head's ~/.ray/auth_token here") from error
+            raise
+        how = f"Ray: joined the cluster at {where}"
+    else:
+        ray.init(address="local")
+        how = ("Ray: started a local Ray for this process (give address= or set RAY_ADDRESS "
+               "to join a cluster)")
+    nodes = [node for node in ray.nodes() if node.get("Alive")]
+    total = ray.cluster_resources()
+    return (f"{how}: {len(nodes)} node(s), {int(total.get('GPU', 0))} GPU(s), "
+            f"{int(total.get('CPU', 0))} CPU(s)")
+
+
 class RayBackend:
     """Runs a ``DevicePool``'s jobs as Ray tasks (see ``DevicePool(backend="ray")``).
 
-    Joins the cluster at ``address`` (or starts a local Ray) unless Ray is already
-    initialised; it never shuts Ray down, as other code of the caller may use it.
+    Joins the cluster at ``address`` (see :func:`join`) unless Ray is already initialised,
+    and prints one line saying which; it never shuts Ray down, as other code of the caller
+    may use it.
     """
 
     name = "ray"
@@ -55,20 +89,27 @@ class RayBackend:
     def __init__(self, *, log_dir=None, address: str | None = None,
                  memory_fraction: float | None = None):
         self._ray = ray = _import_ray()
-        if not ray.is_initialized():
-            ray.init(address=address)
+        self.cluster = join(ray, address)
+        print(self.cluster, flush=True)
         self._scratch = pathlib.Path(tempfile.mkdtemp(prefix="jaxflowers-sweep-ray-"))
         self.log_dir = pathlib.Path(log_dir) if log_dir is not None else self._scratch / "logs"
         self._memory_fraction = memory_fraction
         # Ray imports this module on its workers; from a source checkout it is not on their
-        # path unless we say where it is (harmless where jaxflowers is installed).
-        path = os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
+        # path unless we say where it is (harmless where jaxflowers is installed). The
+        # node's own PYTHONPATH stays behind it: Ray expands ${PYTHONPATH} on the node.
+        path = package_path("${PYTHONPATH}")
         self._task = ray.remote(num_returns="streaming", max_retries=0,
                                 runtime_env={"env_vars": {"PYTHONPATH": path}})(_run_job)
 
     def gpus(self) -> list[str]:
         """One entry per GPU of the cluster (Ray, not the pool, decides which GPU runs what)."""
         return [str(i) for i in range(int(self._ray.cluster_resources().get("GPU", 0)))]
+
+    def cpu_slots(self) -> int:
+        """CPU job slots of a cluster without GPUs: each live node's share by the local rule
+        (``devices.default_cpu_slots``: one per 8 cores), at least one per node."""
+        return sum(max(1, int(node["Resources"].get("CPU", 0)) // 8)
+                   for node in self._ray.nodes() if node.get("Alive"))
 
     def prepare(self, reference: dict, arguments, arrays: dict) -> tuple[str, bytes]:
         """The job as (JSON text, npz bytes of its array arguments)."""
@@ -81,15 +122,15 @@ class RayBackend:
     def discard(self, staged) -> None:
         """Nothing to clean: a staged Ray job is only bytes."""
 
-    def start(self, job, slot: devices.Slot, pool) -> None:
-        """Submit ``job``'s task; a thread forwards its messages and its end to ``pool``."""
+    def start(self, job: Job, slot: devices.Slot, events: JobEvents) -> None:
+        """Submit ``job``'s task; a thread forwards its messages and its end to ``events``."""
         gpu = slot.gpu is not None
         share = 1.0 / slot.jobs_per_device
         resources = {"num_gpus": share, "num_cpus": 0} if gpu else {"num_cpus": share}
         settings = {"job_index": job.index, "gpu": gpu, "jobs_per_device": slot.jobs_per_device,
                     "memory_fraction": self._memory_fraction, "log_dir": str(self.log_dir)}
         job.handle = self._task.options(**resources).remote(*job.staged, settings)
-        threading.Thread(target=self._watch, args=(job, pool), daemon=True,
+        threading.Thread(target=self._watch, args=(job, events), daemon=True,
                          name=f"sweep-job-{job.index}-ray").start()
 
     def kill(self, job, grace: float = 1.0) -> None:
@@ -126,13 +167,13 @@ class RayBackend:
         """Remove the local scratch folder (and the logs, unless in a given log_dir)."""
         shutil.rmtree(self._scratch, ignore_errors=True)
 
-    def _watch(self, job, pool) -> None:
+    def _watch(self, job: Job, events: JobEvents) -> None:
         done = None
         try:
             for ref in job.handle:
                 kind, payload = self._ray.get(ref)
                 if kind == "message":
-                    pool._deliver(job, payload)
+                    events.message(payload)
                 else:
                     done = payload
             value, error = to_result(job.index, done) if done else \
@@ -140,7 +181,7 @@ class RayBackend:
         except Exception as failure:  # noqa: BLE001 (cancelled, node lost, ...)
             value, error = None, JobError(
                 job.index, f"failed in Ray: {type(failure).__name__}: {failure}")
-        pool._finished(job, value, error)
+        events.finished(value, error)
 
 
 def _run_job(spec_json: str, npz: bytes, settings: dict):

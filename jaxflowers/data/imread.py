@@ -1,0 +1,88 @@
+"""Decode image files into the rows of a resize cache: MATLAB's ``imresize(imread(f))``.
+
+The thread build (:mod:`jaxflowers.data.cache`) and the process build
+(:mod:`jaxflowers.data.decode`) both run :func:`decode_rows`, and word a file's failure
+the same way (:func:`failure_reason`, :func:`read_error`).
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+from PIL import Image, ImageOps
+
+_SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+
+
+def decode_image(data: bytes, image_size: tuple[int, int]) -> np.ndarray:
+    """Decode an encoded image and resize it, like MATLAB's ``imresize(imread(f), [h w])``.
+
+    EXIF orientation is applied; grayscale, palette, alpha (dropped, as ``imread`` does),
+    CMYK and 16-bit images become 8-bit RGB. The resize ignores the aspect ratio (as
+    ``augmentedImageDatastore`` does) and uses PIL's antialiased Lanczos filter.
+
+    Args:
+      data: the bytes of a JPEG, PNG, BMP, GIF (first frame), WebP or TIFF file.
+      image_size: (height, width) of the result.
+
+    Returns:
+      uint8 array (height, width, 3).
+
+    Raises:
+      ValueError for an empty input; OSError (from PIL) for a truncated or unknown file.
+    """
+    if not data:
+        raise ValueError("file is empty (0 bytes)")
+    height, width = image_size
+    with Image.open(io.BytesIO(data)) as img:
+        img.load()  # decode everything now: a truncated file must fail here, not pass as grey
+        ImageOps.exif_transpose(img, in_place=True)
+        rgb = _to_rgb(img)
+        if rgb.size != (width, height):
+            rgb = rgb.resize((width, height), Image.Resampling.LANCZOS)
+        return np.asarray(rgb, dtype=np.uint8)
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    """8-bit RGB of any PIL mode; 16-bit gray is scaled (PIL's own convert would clip it)."""
+    if img.mode in _SIXTEEN_BIT_MODES:
+        wide = np.clip(np.asarray(img).astype(np.int64), 0, 65535)
+        return Image.fromarray(((wide + 128) // 257).astype(np.uint8), "L").convert("RGB")
+    if img.mode == "F":
+        return Image.fromarray(np.clip(np.asarray(img), 0, 255).round().astype(np.uint8)
+                               ).convert("RGB")
+    if img.mode in ("P", "PA"):  # via RGBA: palette transparency would otherwise warn
+        img = img.convert("RGBA")
+    return img if img.mode == "RGB" else img.convert("RGB")
+
+
+def read_error(file: str, reason: str) -> OSError:
+    """The error of ``on_error="raise"`` for a file that could not be read or decoded."""
+    return OSError(f"cannot read image {file}: {reason}; "
+                   "pass on_error='skip' to leave such files out")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """How ``ResizeCache.failed`` words the error of one file: ``"OSError: ..."``."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def decode_rows(fd: int, offset: int, files: Sequence[str] | Mapping[int, str],
+                read: Callable[[str], bytes], shape: tuple[int, ...],
+                rows: range) -> dict[int, Exception]:
+    """Decode ``rows`` into the file ``fd``; return the exception of each row that failed.
+
+    ``files[row]`` names the file of each row (a decode process gets only its own rows).
+    """
+    failed = {}
+    for row in rows:
+        try:
+            image = decode_image(read(files[row]), shape[1:3])  # module lookup: tests count it
+        except Exception as exc:  # any reader or decoder error belongs to this one file
+            failed[row] = exc
+            continue
+        os.pwrite(fd, image.tobytes(), offset + row * math.prod(shape[1:]))  # disk full: abort
+    return failed

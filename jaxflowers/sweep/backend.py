@@ -1,0 +1,74 @@
+"""What a ``DevicePool`` and its backends say to each other: the contract of a sweep backend.
+
+The pool owns scheduling (queue, slots, timeouts, cancellation, callbacks); a backend owns
+processes. A new backend implements :class:`Backend` and reports each job through the
+:class:`JobEvents` the pool hands to ``Backend.start``; it never touches the pool itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import threading
+from typing import Any, Callable, Protocol, Sequence
+
+
+@dataclasses.dataclass(eq=False)
+class Job:
+    """One submitted job as the pool and its backend see it."""
+
+    index: int
+    future: Any                # its JobFuture
+    reference: dict            # codec.job_reference(fn)
+    staged: Any                # what Backend.prepare returned (files or bytes)
+    timeout: float | None
+    state: str = "queued"      # queued -> running -> done
+    stop_reason: str | None = None  # why the pool stops it: cancel | timeout | shutdown
+    slot: Any = None           # the devices.Slot it runs on
+    handle: Any = None         # the backend's process or task (set by Backend.start)
+    timer: threading.Timer | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class JobEvents:
+    """Where a backend reports one job; both may be called from any thread.
+
+    Attributes:
+      message: called with each ``report`` message of the job, in order.
+      finished: called once when the job has ended and its processes are gone, as
+        ``finished(value, error)``: the decoded return value and None, or None and a
+        ``JobError`` (raised, crashed, killed, lost).
+    """
+
+    message: Callable[[dict], None]
+    finished: Callable[[Any, BaseException | None], None]
+
+
+class Backend(Protocol):
+    """The processes of a pool: ``LocalBackend`` (``local.py``) and ``RayBackend``."""
+
+    name: str  # "local", "ray"
+    log_dir: pathlib.Path  # where job-0000.log ... go
+
+    def gpus(self) -> list[str]:
+        """One entry per GPU jobs may use (CUDA_VISIBLE_DEVICES tokens locally)."""
+
+    def cpu_slots(self) -> int:
+        """How many jobs ``devices="all"`` runs at once where there is no GPU."""
+
+    def prepare(self, reference: dict, arguments: Any, arrays: dict) -> Any:
+        """Stage a job at submit time (encoded arguments and arrays); returns ``Job.staged``."""
+
+    def discard(self, staged: Any) -> None:
+        """Drop what ``prepare`` staged for a job that will never start."""
+
+    def start(self, job: Job, slot: Any, events: JobEvents) -> None:
+        """Start ``job`` on ``slot`` (set ``job.handle``) and report it through ``events``."""
+
+    def kill(self, job: Job) -> None:
+        """Stop a running job soon (its ``events.finished`` still follows)."""
+
+    def kill_all(self, jobs: Sequence[Job], grace: float) -> None:
+        """Stop ``jobs`` now, waiting at most ``grace`` s before forcing them (at exit)."""
+
+    def close(self) -> None:
+        """Release what the backend holds (scratch folders); jobs are gone by then."""

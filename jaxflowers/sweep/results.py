@@ -1,0 +1,161 @@
+"""What the parfeval example shows and keeps: the live table, the summary, and its files.
+
+The summary is printed and ``sweep_results.json`` (plus one ``metrics-job<i>.csv`` per
+finished job) written before any figure is drawn, so a figure that cannot be saved costs
+only itself (a warning), never the sweep's results. Nothing here imports JAX.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+import time
+from typing import Any, Mapping, Sequence, TextIO
+
+_ROW = "{:>4} {:>6} {:>6} {:>10} {:>11} {:>11}"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobOutcome:
+    """How one job of the sweep ended."""
+
+    index: int  # the job's number in the pool
+    depth: int  # its cifar_net depth
+    info: Any = None  # its TrainingInfo, when it returned one (a diverged run too)
+    error: str | None = None  # "cancelled", the first line of its error, or why it diverged
+
+    @property
+    def status(self) -> str:
+        """"done", "cancelled" or "failed" (a diverged run has failed)."""
+        return "done" if self.error is None else \
+            "cancelled" if self.error == "cancelled" else "failed"
+
+    @property
+    def accuracy(self) -> float | None:
+        """The final validation accuracy (%) of a job that is done, else None."""
+        return None if self.error is not None else self.info.final_validation_accuracy
+
+
+class ProgressTable:
+    """An ``after_each`` callback printing one row per job and validation (once an epoch).
+
+    Columns: job, depth, epoch, iteration, mini-batch accuracy and validation accuracy (%);
+    a job's first step and its end get a line with the sweep's clock, so start-up,
+    compile and training can be told apart; a failed or cancelled job gets one line saying
+    so. ``began``/``ended`` hold those times (seconds since ``start``) by job index.
+    """
+
+    def __init__(self, depths: Sequence[int], stream: TextIO, start: float | None = None):
+        self.depths, self.stream = tuple(depths), stream
+        self.start = time.perf_counter() if start is None else start
+        self.began: dict[int, float] = {}
+        self.ended: dict[int, float] = {}
+
+    def header(self) -> None:
+        """Print the column names."""
+        self._print(_ROW.format("Job", "Depth", "Epoch", "Iteration", "Mini-batch", "Validation"))
+
+    def __call__(self, job_index: int, message: Mapping) -> None:
+        state, depth = message.get("state"), self.depths[job_index]
+        if state == "validation":
+            self._print(_ROW.format(job_index, depth, message["epoch"], message["iteration"],
+                                    _percent(message.get("accuracy")),
+                                    _percent(message.get("validation_accuracy"))))
+        elif state in ("start", "done"):
+            now = time.perf_counter() - self.start
+            (self.began if state == "start" else self.ended)[job_index] = now
+            what = "first step" if state == "start" else "training done"
+            self._print(f"{job_index:>4} {depth:>6} {what} at {now:.1f} s")
+        elif state in ("failed", "cancelled"):
+            why = f": {message['error']}" if message.get("error") else ""
+            self._print(f"{job_index:>4} {depth:>6} {state}{why}")
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+
+
+def _percent(value) -> str:
+    return "" if value is None else f"{value:.2f}%"
+
+
+def report(outcomes: Sequence[JobOutcome], table: ProgressTable, stream: TextIO) -> int | None:
+    """Print each job's final validation accuracy (or why it has none) and timings; returns
+    the position of the best job (ties: the first, as MATLAB's ``max``), or None."""
+    print("Final validation accuracy:", file=stream)
+    for i, job in enumerate(outcomes):
+        accuracy = job.accuracy
+        result = f"{accuracy:.2f}%" if accuracy is not None else (job.error or "no validation")
+        if job.info is not None:
+            result += f" (compile {job.info.compile_time:.1f} s, training " \
+                      f"{job.info.train_time:.1f} s"
+            if job.index in table.began and job.index in table.ended:
+                result += (f"; first step at {table.began[job.index]:.1f} s, done at "
+                           f"{table.ended[job.index]:.1f} s")
+            result += ")"
+        print(f"  job {job.index} (depth {job.depth}): {result}", file=stream)
+    usable = [i for i, job in enumerate(outcomes) if job.accuracy is not None]
+    if not usable:
+        print("No job finished with a validation accuracy; nothing to test.", file=stream)
+        return None
+    best = max(usable, key=lambda i: outcomes[i].accuracy)
+    print(f"Best network: depth {outcomes[best].depth} (job {outcomes[best].index}, "
+          f"{outcomes[best].accuracy:.2f}%)", file=stream, flush=True)
+    return best
+
+
+def write_metrics(outcomes: Sequence[JobOutcome], out: pathlib.Path) -> dict[int, str]:
+    """Write ``metrics-job<i>.csv`` (``TrainingInfo.to_csv``) for every job that returned
+    its history; returns job index -> file name. A file that cannot be written is a
+    warning."""
+    written = {}
+    for job in outcomes:
+        if job.info is None or not hasattr(job.info, "to_csv"):
+            continue
+        name = f"metrics-job{job.index}.csv"
+        if _attempt(lambda: job.info.to_csv(out / name), out / name):
+            written[job.index] = name
+    return written
+
+
+def write_results(path: pathlib.Path, summary: Mapping) -> bool:
+    """Write ``summary`` as JSON to ``path`` atomically (the whole file or the old one)."""
+    def write():
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(summary, indent=1) + "\n")
+        os.replace(tmp, path)
+
+    return _attempt(write, path)
+
+
+def summary(outcomes: Sequence[JobOutcome], *, best: int | None, test: Mapping | None,
+            metrics: Mapping[int, str], **facts) -> dict:
+    """The sweep's results as JSON-able data (what ``sweep_results.json`` holds)."""
+    jobs = [{"job": job.index, "depth": job.depth, "status": job.status, "error": job.error,
+             "final_validation_accuracy": job.accuracy,
+             "stop_reason": getattr(job.info, "stop_reason", None),
+             "compile_time": getattr(job.info, "compile_time", None),
+             "train_time": getattr(job.info, "train_time", None),
+             "metrics_csv": metrics.get(job.index)} for job in outcomes]
+    chosen = None if best is None else {"job": outcomes[best].index,
+                                        "depth": outcomes[best].depth,
+                                        "validation_accuracy": outcomes[best].accuracy,
+                                        **(test or {})}
+    return {**facts, "jobs": jobs, "best": chosen}
+
+
+def save_figure(save, path: pathlib.Path) -> bool:
+    """Call ``save(path)``; on failure print a warning naming ``path`` and go on."""
+    return _attempt(lambda: save(path), path)
+
+
+def _attempt(write, path: pathlib.Path) -> bool:
+    """Run ``write``; a failure is one warning line on stderr naming ``path``."""
+    try:
+        write()
+    except Exception as error:  # noqa: BLE001 (an output lost costs only itself)
+        print(f"warning: could not write {path}: {type(error).__name__}: {error}",
+              file=sys.stderr, flush=True)
+        return False
+    return True

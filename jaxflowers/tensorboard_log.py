@@ -1,0 +1,61 @@
+"""Training metrics as TensorBoard scalars, through tensorboardX (no TensorFlow needed).
+
+``train`` drives a ``TensorBoardLog`` like the training-progress view (``update(info)`` at
+every report, ``close(info)`` at the end) when ``TrainingOptions(log_dir=...)`` is given;
+``tensorboard --logdir LOG_DIR`` then shows the run.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import numpy as np
+
+# Tag of each TrainingInfo field; the part before "/" is TensorBoard's section.
+TRAINING_TAGS = {"loss": "training/loss", "accuracy": "training/accuracy",
+                 "learn_rate": "training/learn_rate"}
+VALIDATION_TAGS = {"validation_loss": "validation/loss",
+                   "validation_accuracy": "validation/accuracy"}
+
+
+class TensorBoardLog:
+    """Write each iteration's metrics to a TensorBoard event file in ``log_dir``.
+
+    Args:
+      log_dir: the run's folder (created if absent); one event file per run in it.
+      flush_secs: most seconds between two writes to disk while training.
+
+    Scalars, by iteration (the global step): ``training/loss``, ``training/accuracy`` (%),
+    ``training/learn_rate`` every iteration; ``validation/loss`` and
+    ``validation/accuracy`` (%) at each validation. Needs the ``tensorboard`` extra
+    (``pip install "jaxflowers[tensorboard]"``, which installs tensorboardX).
+    """
+
+    def __init__(self, log_dir, *, flush_secs: int = 10):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError as error:
+            raise ImportError(f"TrainingOptions(log_dir={os.fspath(log_dir)!r}) needs "
+                              "tensorboardX: pip install \"jaxflowers[tensorboard]\"") from error
+        self.log_dir = pathlib.Path(os.fspath(log_dir))
+        self._writer = SummaryWriter(logdir=str(self.log_dir), flush_secs=flush_secs)
+        self._iterations = self._validations = 0  # how many of each are written
+
+    def update(self, info) -> None:
+        """Write the iterations and validations of ``info`` (a ``TrainingInfo``) not yet
+        written."""
+        steps = np.asarray(info.iteration)
+        for tags, start, steps_of in ((TRAINING_TAGS, self._iterations, steps),
+                                      (VALIDATION_TAGS, self._validations,
+                                       np.asarray(info.validation_iteration))):
+            for field, tag in tags.items():
+                values = np.asarray(getattr(info, field), dtype=np.float64)
+                for step, value in zip(steps_of[start:].tolist(), values[start:].tolist()):
+                    self._writer.add_scalar(tag, value, global_step=step)
+        self._iterations, self._validations = steps.size, len(info.validation_iteration)
+
+    def close(self, info=None) -> None:
+        """Write what is left of ``info`` (the finished ``TrainingInfo``) and close the file."""
+        if info is not None:
+            self.update(info)
+        self._writer.close()

@@ -1,0 +1,215 @@
+"""progress_plot: the training-progress view draws what MATLAB's window shows, its final
+frame is the finished info, and it is saved where the user can find it."""
+import dataclasses
+import io
+import pathlib
+import re
+
+import matplotlib
+import matplotlib.image
+import numpy as np
+import pytest
+from PIL import Image
+
+from jaxflowers import TrainingInfo, plots
+from jaxflowers.progress_plot import DEFAULT_PATH, TrainingProgressPlot, training_progress
+
+
+def make_info(n=12, **changes):
+    """n iterations of 4 per epoch, validated every 4."""
+    it = np.arange(1, n + 1)
+    val = np.arange(4, n + 1, 4)
+    info = TrainingInfo(
+        iteration=it, epoch=(it - 1) // 4 + 1, loss=2.0 / it,
+        accuracy=np.linspace(10.0, 95.0, n), learn_rate=np.full(n, 0.01),
+        validation_iteration=val, validation_loss=1.0 / val,
+        validation_accuracy=50.0 + val, train_time=83.0, num_devices=4,
+        stop_reason="max-epochs")
+    return dataclasses.replace(info, **changes)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def panel_text(fig) -> dict:
+    """{label: value} of the information panel."""
+    info_ax = fig.axes[2]
+    return {t.get_gid(): t.get_text() for t in info_ax.texts if t.get_gid()}
+
+
+def epoch_axis(ax):
+    (top,) = [child for child in ax.child_axes if child.get_gid() == "epochs"]
+    return top.get_xticks().tolist(), [t.get_text() for t in top.get_xticklabels()]
+
+
+def test_public_names_are_reachable_from_plots():
+    assert plots.TrainingProgressPlot is TrainingProgressPlot
+    assert plots.training_progress is training_progress
+
+
+def test_panels_lines_legends_and_epochs(tmp_path):
+    info = make_info()
+    fig = training_progress(info, smoothing=0.5)
+    acc, loss, _ = fig.axes
+    raw, smooth, val = acc.lines
+    np.testing.assert_array_equal(raw.get_xdata(), info.iteration)
+    np.testing.assert_array_equal(raw.get_ydata(), info.accuracy)
+    np.testing.assert_array_equal(loss.lines[0].get_ydata(), info.loss)
+    # Bias-corrected moving average with weight 0.5 of 10, 10 + 85/11, ...
+    a = info.accuracy
+    np.testing.assert_allclose(smooth.get_ydata()[:2], [a[0], (0.25 * a[0] + 0.5 * a[1]) / 0.75])
+    np.testing.assert_array_equal(val.get_xdata(), [4, 8, 12])
+    np.testing.assert_array_equal(val.get_ydata(), [54.0, 58.0, 62.0])
+    np.testing.assert_array_equal(loss.lines[2].get_ydata(), [0.25, 0.125, 1 / 12])
+    for ax in (acc, loss):  # legends on both panels
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels == ["Training", "Training (smoothed)", "Validation"]
+        shaded = [p for p in ax.patches if p.get_gid() == "epoch"]
+        assert [p.get_x() for p in shaded] == [4.5]  # epoch 2 of 3 shaded
+    assert epoch_axis(acc) == ([2.5, 6.5, 10.5], ["1", "2", "3"])
+    text = panel_text(fig)
+    assert text["Epoch"] == "3" and text["Iteration"] == "12"
+    assert text["Accuracy"] == "62.00%" and text["Loss"] == "0.0833"
+    assert text["Elapsed"] == "00:01:23" and text["Hardware"] == "4 device(s)"
+    assert text["Stop reason"] == "max-epochs" and text["Learning rate"] == "0.01"
+    fig.savefig(tmp_path / "tp.png", dpi=40)
+    assert matplotlib.image.imread(tmp_path / "tp.png")[..., :3].std() > 0.01
+
+
+def test_into_given_axes_and_empty_info():
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2)
+    assert training_progress({"iteration": [], "loss": None}, ax=axes) is fig
+    assert len(fig.axes) == 2 and axes[0].lines[0].get_xdata().size == 0
+
+
+def test_many_epochs_are_shaded_and_labelled_every_tenth():
+    plot = TrainingProgressPlot(max_epochs=80, iterations_per_epoch=3, path=None)
+    plot.update(make_info(30))
+    plot.save(io.BytesIO())
+    acc, loss, _ = plot.figure.axes
+    assert acc.get_xlim() == (0.5, 240.5)  # the whole run from the start, as MATLAB's
+    assert len([p for p in loss.patches if p.get_gid() == "epoch"]) == 40
+    ticks, labels = epoch_axis(acc)
+    assert labels == [str(e) for e in range(10, 81, 10)] and ticks[0] == 29.0  # epoch 10: 27.5-30.5
+    text = panel_text(plot.figure)
+    assert text["Epoch"] == "8 of 80" and text["Iteration"] == "30 of 240"
+    assert text["Stop reason"] == "training"  # still running: no reason yet
+
+
+def test_script_close_saves_the_final_frame_to_the_working_folder(tmp_path, monkeypatch,
+                                                                   capsys):
+    monkeypatch.chdir(tmp_path)
+    plot = TrainingProgressPlot(max_epochs=3, iterations_per_epoch=4, validation_frequency=4,
+                                hardware="4 x cpu")
+    plot.update(make_info(7))
+    assert plot.figure.axes == []  # outside Jupyter nothing is drawn before close
+    final = make_info(12, stop_reason="stopped by output_fn")
+    assert plot.close(final) == pathlib.Path(DEFAULT_PATH)  # relative to the working folder
+    out = capsys.readouterr().out
+    assert out == f"Training progress plot saved to {tmp_path / DEFAULT_PATH}\n"
+    acc, loss, _ = plot.figure.axes
+    assert acc.lines[0].get_xdata()[-1] == 12 and loss.lines[2].get_xdata()[-1] == 12
+    text = panel_text(plot.figure)
+    assert text["Iteration"] == "12 of 12" and text["Epoch"] == "3 of 3"
+    assert text["Frequency"] == "every 4 iterations" and text["Hardware"] == "4 x cpu"
+    assert text["Stop reason"] == "stopped by output_fn"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text["Start time"])
+    with Image.open(tmp_path / DEFAULT_PATH) as png:  # what the figure says, as text
+        assert png.size == (1100, 600)
+        description = png.text["Description"]
+    assert "Iteration: 12 of 12" in description and "Accuracy: 62.00%" in description
+
+
+def test_jupyter_close_shows_the_final_frame_and_saves_only_when_asked(jupyter, tmp_path,
+                                                                       monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plot = TrainingProgressPlot(min_interval=3600, max_epochs=3, iterations_per_epoch=4)
+    plot.update(make_info(4))
+    plot.update(make_info(8))
+    (_, handle), = jupyter
+    assert handle.updates == []  # throttled: the live view still shows the start
+    assert plot.close(make_info(12)) is None and not (tmp_path / DEFAULT_PATH).exists()
+    assert len(handle.updates) == 1  # the last frame replaced it, in place
+    assert plot.figure.axes[0].lines[0].get_xdata()[-1] == 12
+    png = matplotlib.image.imread(io.BytesIO(handle.updates[0].data))
+    assert png.shape[:2] == (600, 1100)
+    asked = TrainingProgressPlot(path=tmp_path / "run" / "progress.pdf")
+    assert asked.close(make_info(4)) == tmp_path / "run" / "progress.pdf"
+    assert (tmp_path / "run" / "progress.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_a_path_that_cannot_be_written_warns_and_keeps_going(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    plot = TrainingProgressPlot(path=tmp_path / "file" / "progress.png")
+    with pytest.warns(UserWarning, match="could not be saved to .*file/progress.png"):
+        assert plot.close(make_info()) is None
+
+
+class FakeMonitor:
+    def history(self):
+        t = np.arange(5.0)
+        return {"time": t, "device": np.array([2, 3]), "utilization": np.stack([t * 10, 90 - t], 1)}
+
+
+def test_gpu_panel_from_a_monitor(tmp_path):
+    plot = TrainingProgressPlot(monitor=FakeMonitor(), path=tmp_path / "gpu.png")
+    plot.close(make_info())
+    *_, gpu = plot.figure.axes
+    np.testing.assert_array_equal(gpu.lines[1].get_ydata(), [90, 89, 88, 87, 86])
+    assert [line.get_label() for line in gpu.lines] == ["GPU 2", "GPU 3"]
+
+
+SCRIPT = """
+import jaxflowers as jf
+
+train_set, test_set = jf.data.digits().split_each_label(0.9, seed=0)
+opts = jf.TrainingOptions(max_epochs=2, mini_batch_size=64, validation_data=test_set,
+                          validation_frequency=10, plots="training-progress", log_dir="tb")
+net, info = jf.train(train_set, jf.models.cifar_net(depth=1, num_classes=10), opts)
+info.to_csv("metrics.csv")
+print("FINAL", info.iteration[-1], f"{info.final_validation_accuracy:.2f}%")
+print("STOP", info.stop_reason)
+"""
+
+
+@pytest.mark.slow
+def test_a_script_leaves_the_final_frame_the_csv_and_the_event_file(tmp_path):
+    """What a user running a script gets: one line saying where the figure went, and a
+    figure, a CSV and TensorBoard scalars that all end at the info's last iteration."""
+    import csv
+    import os
+    import subprocess
+    import sys
+
+    from test_tensorboard_log import read_scalars
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # as a user's shell
+    env["PYTHONPATH"] = str(root)
+    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, iterations, accuracy = re.search(r"^FINAL (\d+) (.+)$", done.stdout, re.M).group(0).split()
+    assert iterations == "50"  # 1,617 training images, 64 a batch: 25 iterations an epoch
+    saved = [line for line in done.stdout.splitlines() if "training_progress" in line]
+    assert saved == [f"Training progress plot saved to {tmp_path / DEFAULT_PATH}"]
+    with Image.open(tmp_path / DEFAULT_PATH) as png:
+        description = png.text["Description"]
+    assert f"Iteration: {iterations} of {iterations}" in description
+    reason = re.search(r"^STOP (.+)$", done.stdout, re.M).group(1)
+    assert f"Accuracy: {accuracy}" in description and f"Stop reason: {reason}" in description
+    with open(tmp_path / "metrics.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert len(rows) == 50 and rows[-1]["iteration"] == iterations
+    assert [r["iteration"] for r in rows if r["validation_accuracy"]] == ["10", "20", "30", "40",
+                                                                          "50"]
+    scalars = read_scalars(tmp_path / "tb")
+    assert [step for step, _ in scalars["training/loss"]] == list(range(1, 51))
+    assert f"{scalars['validation/accuracy'][-1][1]:.2f}%" == accuracy
