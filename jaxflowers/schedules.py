@@ -18,9 +18,6 @@ import dataclasses
 import math
 from typing import Callable
 
-import jax.numpy as jnp
-import optax
-
 from jaxflowers.fields import check_choice, check_float, check_int
 
 UNITS = ("epoch", "iteration")
@@ -52,6 +49,8 @@ class Constant(Schedule):
     frequency_unit: str = "iteration"
 
     def factor(self, remaining: int) -> Callable:
+        import optax
+
         return optax.constant_schedule(1.0)
 
 
@@ -69,6 +68,8 @@ class Piecewise(Schedule):
         self._check_unit()
 
     def factor(self, remaining: int) -> Callable:
+        import optax
+
         drops = range(self.period, max(remaining, self.period + 1), self.period)
         return optax.piecewise_constant_schedule(1.0, {k: self.drop_factor for k in drops})
 
@@ -94,6 +95,8 @@ class Warmup(Schedule):
         return self.num_steps
 
     def factor(self, remaining: int) -> Callable:
+        import optax
+
         return optax.linear_schedule(self.initial_factor, self.final_factor, self.num_steps)
 
 
@@ -119,6 +122,8 @@ class Polynomial(Schedule):
         return math.inf if self.num_steps is None else self.num_steps
 
     def factor(self, remaining: int) -> Callable:
+        import optax
+
         steps = self.num_steps or max(remaining, 1)
         return optax.polynomial_schedule(self.initial_factor, self.final_factor, self.power,
                                          steps)
@@ -148,6 +153,8 @@ class Cosine(Schedule):
         self._check_unit()
 
     def factor(self, remaining: int) -> Callable:
+        import optax
+
         period = self.period or max(remaining, 1)
         pieces, boundaries, start = [], [], 0
         while True:  # the periods that fit in training (at least one)
@@ -177,6 +184,8 @@ class Exponential(Schedule):
         self._check_unit()
 
     def factor(self, remaining: int) -> Callable:
+        import optax
+
         return optax.exponential_decay(1.0, self.period, self.drop_factor)
 
 
@@ -198,8 +207,10 @@ class Cyclical(Schedule):
         self._check_unit()
 
     def factor(self, remaining: int) -> Callable:
-        knots = jnp.asarray([0.0, self.step_ratio * self.period, float(self.period)])
-        values = jnp.asarray([1.0, self.max_factor, 1.0])
+        import jax.numpy as jnp
+
+        knots = (0.0, self.step_ratio * self.period, float(self.period))
+        values = (1.0, self.max_factor, 1.0)
         return lambda k: jnp.interp(jnp.mod(k, self.period).astype(jnp.float32), knots, values)
 
 
@@ -239,7 +250,7 @@ def spans_training(spec) -> bool:
 
 
 def to_optax(spec, base: float, steps_per_epoch: int, total: int,
-             piecewise: Piecewise) -> optax.Schedule:
+             piecewise: Piecewise) -> Callable:
     """The learning rate as an optax schedule of the 0-based iteration.
 
     Args:
@@ -249,6 +260,8 @@ def to_optax(spec, base: float, steps_per_epoch: int, total: int,
       total: iterations in the whole training.
       piecewise: what "piecewise" stands for.
     """
+    import optax
+
     pieces, boundaries, start = [], [], 0
     for part in parts(spec, piecewise):
         per_step = steps_per_epoch if part.frequency_unit == "epoch" else 1
