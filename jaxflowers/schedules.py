@@ -18,6 +18,8 @@ import dataclasses
 import math
 from typing import Callable
 
+import numpy as np
+
 from jaxflowers.fields import check_choice, check_float, check_int
 
 UNITS = ("epoch", "iteration")
@@ -209,8 +211,8 @@ class Cyclical(Schedule):
     def factor(self, remaining: int) -> Callable:
         import jax.numpy as jnp
 
-        knots = (0.0, self.step_ratio * self.period, float(self.period))
-        values = (1.0, self.max_factor, 1.0)
+        knots = np.asarray([0.0, self.step_ratio * self.period, self.period], np.float32)
+        values = np.asarray([1.0, self.max_factor, 1.0], np.float32)
         return lambda k: jnp.interp(jnp.mod(k, self.period).astype(jnp.float32), knots, values)
 
 
