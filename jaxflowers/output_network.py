@@ -4,8 +4,9 @@ statistics (``BatchNormalizationStatistics``) and its scores on the validation s
 "best-validation" returns the network of the validation with the best objective metric
 ("auto" does when there are validation data), "last-iteration" the last one trained (after
 a patience stop: the one of the validation that stopped training). "population" statistics
-are then recomputed for that network (``population.py``), and the final validation scores
-are those of the network returned, as ``predict`` would give them.
+are then recomputed for that network (``population.py``; not for the last finite network of
+a run that diverged), and the final validation scores are those of the network returned, as
+``predict`` would give them.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from jaxflowers import metrics
 from jaxflowers.history import History
+from jaxflowers.info import DIVERGED_PREFIXES
 from jaxflowers.loop import PATIENCE
 from jaxflowers.objective import Objective
 from jaxflowers.options import TrainingOptions
@@ -69,7 +71,11 @@ def finish(program, ready, loop, state, history: History) -> Output:
     if chosen is None and ready.population is None and ready.validation is None:
         return Output(iteration, program.host_variables(state), {})
     variables = chosen[1] if chosen else program.variables(state)
-    recomputed = ready.population is not None and _population(ready, variables)
+    # The last finite network of a diverged run is returned as it was: its statistics
+    # would overflow.
+    last_finite = chosen is None and (loop.stop_reason or "").startswith(DIVERGED_PREFIXES)
+    recomputed = (ready.population is not None and not last_finite
+                  and _population(ready, variables))
     if recomputed:
         variables = recomputed
     scores = {}
