@@ -23,7 +23,7 @@ _EXPORTS = {
     "train": "jaxflowers.train", "enable_compilation_cache": "jaxflowers.compile_cache",
     "load": "jaxflowers.net",
 }
-_SUBMODULES = ("data", "models", "monitor", "plots", "recipes", "sweep")
+_SUBMODULES = ("data", "models", "monitor", "plots", "recipes", "schedules", "sweep")
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 __version__ = "0.1.0"
 

@@ -3,7 +3,9 @@
 A checkpoint holds everything needed to continue a run exactly: the state in tree form
 (parameters, batch-norm statistics, solver state, iteration, the data-order and
 augmentation key; independent of the device count and of the update's parameter layout),
-the ``History`` so far, and the options and data it was trained with. The iteration
+the best-validation network so far when the run may return it (``"best"`` beside the
+state), the ``History`` so far (from which validation patience is rebuilt), and the
+options and data it was trained with. The iteration
 determines the position in the seeded plan, so nothing else is needed.
 
 orbax writes each checkpoint into a temporary folder and renames it when complete, so a
@@ -24,13 +26,17 @@ import numpy as np
 from jaxflowers.history import History
 from jaxflowers.options import TrainingOptions
 
-FORMAT = 1
+FORMAT = 2  # 2: the best-validation network and the new options in the record
 # Options that change what a run computes; a resumed run must keep them. (``max_epochs``
-# may grow: the plan's and schedule's earlier iterations do not depend on it.)
+# may grow: the plan's and schedule's earlier iterations do not depend on it, unless the
+# schedule runs "to the end of training", which the recipe then records.)
 _RECIPE_FIELDS = ("solver", "initial_learn_rate", "mini_batch_size", "shuffle",
                   "l2_regularization", "momentum", "gradient_decay_factor",
-                  "squared_gradient_decay_factor", "epsilon", "learn_rate_schedule",
-                  "learn_rate_drop_factor", "learn_rate_drop_period", "seed", "augmentation")
+                  "squared_gradient_decay_factor", "epsilon", "gradient_threshold",
+                  "gradient_threshold_method", "learn_rate_schedule", "learn_rate_drop_factor",
+                  "learn_rate_drop_period", "seed", "augmentation", "validation_patience",
+                  "objective_metric_name", "metrics", "output_network",
+                  "batch_normalization_statistics", "schedule_epochs")
 
 
 class CheckpointError(ValueError):
@@ -159,9 +165,18 @@ def _check_fits(saved: dict, options: TrainingOptions, data, where: pathlib.Path
 
 
 def _recipe(options: TrainingOptions) -> dict:
-    values = {name: getattr(options, name) for name in _RECIPE_FIELDS}
+    from jaxflowers.schedules import spans_training
+
+    values = {name: getattr(options, name, None) for name in _RECIPE_FIELDS}
     values["initial_learn_rate"] = options.learn_rate
+    values["squared_gradient_decay_factor"] = options.squared_decay
     values["augmentation"] = repr(values["augmentation"])
+    values["metrics"] = list(options.metrics)
+    schedule = options.learn_rate_schedule
+    values["learn_rate_schedule"] = schedule if isinstance(schedule, str) else repr(schedule)
+    values["schedule_epochs"] = (options.max_epochs if spans_training(schedule) else None)
+    values["output_network"] = ("best-validation" if options.best_validation
+                                else "last-iteration")
     return values
 
 

@@ -18,12 +18,15 @@ class History:
 
     Args:
       steps_per_epoch: iterations per epoch, to turn iterations into epochs.
+      metrics: names of the validation metrics recorded besides loss and accuracy.
     """
 
-    def __init__(self, steps_per_epoch: int):
+    def __init__(self, steps_per_epoch: int, metrics=()):
         self.steps_per_epoch = steps_per_epoch
+        self.metrics = tuple(m for m in metrics if m != "accuracy")
         self.rows: dict[str, list[float]] = {k: [] for k in _ITERATION_FIELDS}
-        self.validations: dict[str, list] = {k: [] for k in _VALIDATION_FIELDS}
+        self.validations: dict[str, list] = {k: [] for k in (*_VALIDATION_FIELDS,
+                                                             *self.metrics)}
 
     @property
     def iterations_done(self) -> int:
@@ -41,23 +44,29 @@ class History:
             self.rows[key].extend(np.asarray(values, dtype=np.float64).tolist())
         return range(first, self.iterations_done + 1)
 
-    def add_validation(self, iteration: int, loss: float, accuracy: float) -> None:
-        """Record a validation at ``iteration`` (accuracy as a fraction)."""
-        for key, value in (("iteration", int(iteration)), ("loss", float(loss)),
-                           ("accuracy", 100.0 * float(accuracy))):
-            self.validations[key].append(value)
+    def add_validation(self, iteration: int, scores: dict) -> None:
+        """Record the validation at ``iteration``: ``metrics.score``'s scores (accuracy in
+        %; the other metrics as fractions)."""
+        self.validations["iteration"].append(int(iteration))
+        for key in self.validations.keys() - {"iteration"}:
+            self.validations[key].append(float(scores[key]))
 
     def row(self, iteration: int) -> dict:
         """Iteration, epoch and mini-batch metrics of one recorded iteration."""
         values = {k: v[iteration - 1] for k, v in self.rows.items()}
         return {"iteration": iteration, "epoch": self.epoch(iteration), **values}
 
-    def validation_at(self, iteration: int) -> tuple[float, float] | None:
-        """(loss, accuracy %) of the validation at ``iteration``, or None."""
-        for it, loss, acc in zip(*(self.validations[k] for k in _VALIDATION_FIELDS)):
-            if it == iteration:
-                return loss, acc
-        return None
+    def validation_at(self, iteration: int) -> dict | None:
+        """The scores of the validation at ``iteration`` (as ``add_validation`` took them),
+        or None."""
+        return next((scores for it, scores in self.validation_scores() if it == iteration),
+                    None)
+
+    def validation_scores(self) -> list[tuple[int, dict]]:
+        """``(iteration, scores)`` of every validation, in order."""
+        names = [k for k in self.validations if k != "iteration"]
+        return [(it, {k: self.validations[k][i] for k in names})
+                for i, it in enumerate(self.validations["iteration"])]
 
     def info(self, **fields) -> TrainingInfo:
         """The record as a ``TrainingInfo``; ``fields`` fill its other attributes."""
@@ -69,17 +78,19 @@ class History:
             validation_iteration=np.asarray(self.validations["iteration"], dtype=np.int64),
             validation_loss=np.asarray(self.validations["loss"], dtype=np.float64),
             validation_accuracy=np.asarray(self.validations["accuracy"], dtype=np.float64),
+            validation_metrics={k: np.asarray(self.validations[k], dtype=np.float64)
+                                for k in self.metrics},
             **fields)
 
     def to_json(self) -> dict:
         """The record as JSON-able lists (what a checkpoint stores)."""
-        return {"steps_per_epoch": self.steps_per_epoch, "rows": self.rows,
-                "validations": self.validations}
+        return {"steps_per_epoch": self.steps_per_epoch, "metrics": list(self.metrics),
+                "rows": self.rows, "validations": self.validations}
 
     @classmethod
     def from_json(cls, record: dict) -> "History":
         """The ``History`` that ``to_json`` described."""
-        history = cls(int(record["steps_per_epoch"]))
+        history = cls(int(record["steps_per_epoch"]), record.get("metrics", ()))
         history.rows = {k: [float(v) for v in record["rows"][k]] for k in _ITERATION_FIELDS}
-        history.validations = {k: list(record["validations"][k]) for k in _VALIDATION_FIELDS}
+        history.validations = {k: list(record["validations"][k]) for k in history.validations}
         return history

@@ -19,8 +19,11 @@ DIVERGED_PREFIXES = ("training loss is", "gradient is")
 class TrainingInfo:
     """What ``train`` measured (MATLAB's ``info``/``TrainingHistory``).
 
-    Per-iteration arrays have one entry per iteration actually run (1-based ``iteration``);
-    accuracies are in percent, as MATLAB reports them.
+    Per-iteration arrays have one entry per iteration actually run (1-based ``iteration``),
+    per-validation arrays one per validation; accuracies are in percent, as MATLAB reports
+    them, the other metrics fractions in [0, 1]. The ``final_validation_*`` values score the
+    returned network (after its population batch-norm statistics, if any), which may be an
+    earlier one than the last validated (``output_network_iteration``).
     """
 
     iteration: np.ndarray  # int (I,)
@@ -31,6 +34,14 @@ class TrainingInfo:
     validation_iteration: np.ndarray  # int (V,)
     validation_loss: np.ndarray  # float (V,)
     validation_accuracy: np.ndarray  # float (V,), %
+    # float (V,) per name in TrainingOptions.metrics besides "accuracy": fscore, precision,
+    # recall, auc (fractions, macro over classes); what a progress plot draws besides loss
+    validation_metrics: dict = dataclasses.field(default_factory=dict)
+    output_network_iteration: int = 0  # the iteration of the returned network (MATLAB's name)
+    # The returned network on the validation set (None: the last validation's scores).
+    final_validation_loss: float | None = None
+    final_validation_accuracy: float | None = None  # %
+    final_validation_metrics: dict = dataclasses.field(default_factory=dict)  # name -> value
     compile_time: float = 0.0  # seconds spent compiling before the first step
     train_time: float = 0.0  # seconds of the training loop, validation included
     validation_time: float = 0.0  # seconds of that the host waited for validation results
@@ -39,20 +50,26 @@ class TrainingInfo:
     data_placement: str = "resident"  # "resident" (copied to the devices) or "stream"
     stopped_early: bool = False  # training ended before max_epochs (see stop_reason)
     stop_reason: str = "max epochs completed"  # why training ended (MATLAB: StopReason)
+    # "max epochs completed", "met validation criterion" (patience), "stopped by output_fn",
+    # "interrupted", or "training loss is NaN at iteration k" and kin (diverged)
     checkpoint: str | None = None  # folder of the newest checkpoint written, if any
+
+    def __post_init__(self):
+        # train gives the returned network's scores; an info built otherwise (the record so
+        # far, during training) takes the last validation's.
+        if len(self.validation_iteration):
+            if self.final_validation_loss is None:
+                self.final_validation_loss = float(self.validation_loss[-1])
+            if self.final_validation_accuracy is None:
+                self.final_validation_accuracy = float(self.validation_accuracy[-1])
+            if not self.final_validation_metrics:
+                self.final_validation_metrics = {k: float(v[-1]) for k, v in
+                                                 self.validation_metrics.items() if len(v)}
 
     @property
     def diverged(self) -> bool:
         """Whether training stopped on a loss or gradient that was not finite."""
         return self.stop_reason.startswith(DIVERGED_PREFIXES)
-
-    @property
-    def final_validation_loss(self) -> float | None:
-        return float(self.validation_loss[-1]) if len(self.validation_loss) else None
-
-    @property
-    def final_validation_accuracy(self) -> float | None:
-        return float(self.validation_accuracy[-1]) if len(self.validation_accuracy) else None
 
     def to_csv(self, path) -> str:
         """Write the per-iteration history as CSV, one row per iteration (``writetable``).

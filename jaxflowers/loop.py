@@ -6,8 +6,15 @@ between them with nothing read back. On accelerators the host reads a sync point
 results one sync point late, so the devices never wait for it; on CPUs at once.
 
 Training stops at the end of the plan, when ``output_fn`` asks (every process then takes
-process 0's answer), on Ctrl-C (``interrupt``), or at the first iteration whose loss or
-gradient is not finite (the state then holds the last finite network; see ``step``).
+process 0's answer), on Ctrl-C (``interrupt``), at the first iteration whose loss or
+gradient is not finite (the state then holds the last finite network; see ``step``), or at
+the validation where the objective metric has run out of patience (``objective``).
+
+Validations that may decide the returned network (``keep``) score a copy of the network
+made on the devices when they are dispatched; once its scores are read, the copy is kept as
+the best or the latest network, or dropped. Nothing goes to the host per validation, and a
+stop decided one sync point late still returns the network of the validation that decided
+it (the devices have run on by then; what they ran is not recorded).
 """
 from __future__ import annotations
 
@@ -20,12 +27,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxflowers.predict import log_softmax
+from jaxflowers import metrics
+from jaxflowers.objective import Objective
 from jaxflowers.progress import Progress
 
 MAX_EPOCHS = "max epochs completed"
 OUTPUT_FN = "stopped by output_fn"
 INTERRUPTED = "interrupted"
+PATIENCE = "met validation criterion"  # MATLAB's words for ValidationPatience
 
 
 @dataclasses.dataclass
@@ -35,6 +44,7 @@ class _SyncPoint:
     done: int  # iterations dispatched when it was reached
     blocks: list  # (iterations in the block, its metrics on the device)
     validation: Any = None  # the validation pass's handle
+    variables: Any = None  # the validated network's copy on the devices, when kept
     snapshot: Any = None  # a tree-form copy of the state to checkpoint
 
 
@@ -82,12 +92,22 @@ class TrainingLoop:
       interrupt: an ``interrupt.Interrupt`` (Ctrl-C), or None.
       checkpoints: ``(checkpointer, record_fn)`` or None; ``record_fn(iteration)`` gives a
         checkpoint's JSON record.
+      objective: judges the validations (best, patience), or None.
+      keep: keep the validated networks on the devices (``best``, ``latest``).
+      best: ``(iteration, placed variables)`` of the best network so far (a resumed run's).
+
+    Attributes:
+      best, latest: ``(iteration, placed variables)`` of the best and of the latest
+        validated network (with ``keep``), or None.
     """
 
     def __init__(self, program, ready, progress: Progress, schedule: Schedule, *,
-                 look_ahead: int, interrupt=None, checkpoints=None):
+                 look_ahead: int, interrupt=None, checkpoints=None,
+                 objective: Objective | None = None, keep: bool = False, best=None):
         self.program, self.ready, self.progress, self.schedule = program, ready, progress, schedule
         self.look_ahead, self.interrupt, self.checkpoints = look_ahead, interrupt, checkpoints
+        self.objective, self.keep = objective, keep
+        self.best, self.latest = best, None
         self.stop_reason: str | None = None
         self.last_checkpoint = None
         self._validation_wait = 0.0
@@ -96,6 +116,8 @@ class TrainingLoop:
         """Train from iteration ``start``; returns the final state and the loop's timings."""
         queue: collections.deque[_SyncPoint] = collections.deque()
         done, t0 = start, time.perf_counter()
+        if self.objective is not None and self.objective.exhausted:
+            self.stop_reason = PATIENCE  # resumed from the checkpoint of the stop
         while done < self.schedule.total and not self._stopping(sync_point=True):
             limit = self.schedule.next_sync(done)
             point = _SyncPoint(limit, [])
@@ -132,50 +154,72 @@ class TrainingLoop:
         """Start the validation pass and the checkpoint copy due at ``point``."""
         if self.ready.validation is not None and self.schedule.validates(point.done):
             placed, _, stats = self.ready.validation
-            point.validation = self.program.forward.start(self.program.variables(state),
-                                                           placed, stats)
+            variables = self.program.variables(state, keep=self.keep)
+            point.validation = self.program.forward.start(variables, placed, stats)
+            point.variables = variables if self.keep else None
         if self.checkpoints is not None and self.schedule.checkpoints(point.done):
             point.snapshot = self.program.tree_state(state)
 
     def _record(self, point: _SyncPoint) -> None:
         """Hand a sync point's results to ``progress`` (waiting for them) and report."""
-        if self._diverged():
-            return  # the device has been skipping since; nothing new to show
+        if self._halted():
+            return  # diverged (the device has skipped since) or out of patience
         self._drain(point.blocks)
-        if self._diverged():
+        if self._halted():
             self.progress.report()
             return
         if point.validation is not None:
             t_val = time.perf_counter()
             logits = self.program.forward.fetch(point.validation)
-            self.progress.add_validation(point.done, *_score(logits, self.ready.validation[1]))
+            scores = metrics.score(logits, self.ready.validation[1],
+                                   self.program.options.metrics)
             self._validation_wait += time.perf_counter() - t_val
+            self.progress.add_validation(point.done, scores)
+            self._judge(point, scores)
         if point.snapshot is not None:
             self._save(point.done, point.snapshot)
         self.progress.report()
+
+    def _judge(self, point: _SyncPoint, scores: dict) -> None:
+        """Keep or drop the validated network; stop once patience has run out."""
+        if self.objective is None:
+            return
+        if self.objective.update(point.done, scores) and self.keep:
+            self.best = (point.done, point.variables)
+        if self.keep and not math.isinf(self.objective.patience):  # for a patience stop
+            self.latest = (point.done, point.variables)
+        if self.objective.exhausted:
+            self.stop_reason = PATIENCE
 
     def _drain(self, blocks) -> None:
         """Fetch finished blocks' metrics (a host sync) and record their iterations, up to
         and including the first one that was not finite."""
         fetched = self.program.parallel.get([m for _, m in blocks])
-        for (count, _), metrics in zip(blocks, fetched):
-            if self._diverged():
+        for (count, _), block in zip(blocks, fetched):
+            if self._halted():
                 return
-            finite = metrics["finite"][:count]
+            finite = block["finite"][:count]
             bad = np.flatnonzero(finite == 0)
             count = int(bad[0]) + 1 if bad.size else count
-            self.progress.add(metrics["loss"][:count], metrics["accuracy"][:count],
-                              metrics["learn_rate"][:count])
+            self.progress.add(block["loss"][:count], block["accuracy"][:count],
+                              block["learn_rate"][:count])
             if bad.size:
-                self.stop_reason = _divergence(float(metrics["loss"][count - 1]),
+                self.stop_reason = _divergence(float(block["loss"][count - 1]),
                                                self.progress.iterations_done)
 
     def _save(self, iteration: int, snapshot) -> None:
         checkpointer, record = self.checkpoints
-        self.last_checkpoint = (iteration, checkpointer.save(iteration, snapshot, record(iteration)))
+        if self.keep:  # the best network so far (before any validation: this one)
+            best = self.best[1] if self.best else {
+                "params": snapshot["params"], "batch_stats": snapshot["batch_stats"]}
+            snapshot = {**snapshot, "best": best}
+        folder = checkpointer.save(iteration, snapshot, record(iteration))
+        self.last_checkpoint = (iteration, folder)
 
-    def _diverged(self) -> bool:
-        return self.stop_reason is not None and self.stop_reason not in (OUTPUT_FN, INTERRUPTED)
+    def _halted(self) -> bool:
+        """Whether training ended at a recorded point (divergence, patience): results
+        dispatched after it are not recorded."""
+        return self.stop_reason not in (None, OUTPUT_FN, INTERRUPTED)
 
     def _stopping(self, *, sync_point: bool = False) -> bool:
         """Whether to stop dispatching. With several processes only process 0 runs
@@ -206,13 +250,6 @@ def _divergence(loss: float, iteration: int) -> str:
     if math.isinf(loss):
         return f"training loss is Inf at iteration {iteration}"
     return f"gradient is not finite at iteration {iteration}"
-
-
-def _score(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
-    """Validation loss and accuracy (a fraction) from the validation set's logits."""
-    log_probs = log_softmax(logits)
-    loss = -np.mean(log_probs[np.arange(len(labels)), labels])
-    return float(loss), float(np.mean(np.argmax(log_probs, axis=1) == labels))
 
 
 def _next_multiple(done: int, every: int) -> int:

@@ -2,20 +2,26 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any, Callable
 
+from jaxflowers import schedules
 from jaxflowers.data.augment import Augmentation
 from jaxflowers.fields import check_choice, check_float, check_int
 
-SOLVERS = ("sgdm", "adam")
+SOLVERS = ("sgdm", "rmsprop", "adam")
 SHUFFLES = ("once", "every-epoch", "never")
-SCHEDULES = ("none", "piecewise")
 ENVIRONMENTS = ("auto", "cpu", "gpu", "multi-gpu")
 PLOTS = ("none", "training-progress")
 CHECKPOINT_UNITS = ("epoch", "iteration")
-# MATLAB's default InitialLearnRate per solver.
-DEFAULT_LEARN_RATE = {"sgdm": 0.01, "adam": 0.001}
+THRESHOLD_METHODS = ("l2norm", "global-l2norm", "absolute-value")
+OUTPUT_NETWORKS = ("auto", "last-iteration", "best-validation")
+METRICS = ("accuracy", "fscore", "precision", "recall", "auc")
+BN_STATISTICS = ("population", "moving")
+# MATLAB's defaults per solver: InitialLearnRate, SquaredGradientDecayFactor.
+DEFAULT_LEARN_RATE = {"sgdm": 0.01, "rmsprop": 0.001, "adam": 0.001}
+DEFAULT_SQUARED_DECAY = {"rmsprop": 0.9, "adam": 0.999}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,21 +34,28 @@ class TrainingOptions:
     precision, dispatch size, data placement) is ``ExecutionOptions``'s business.
     """
 
-    solver: str = "sgdm"  # "sgdm" (SGD with momentum) or "adam"
-    initial_learn_rate: float | None = None  # None: MATLAB's default, 0.01 sgdm / 0.001 adam
+    solver: str = "sgdm"  # "sgdm" (SGD with momentum), "rmsprop" or "adam"
+    initial_learn_rate: float | None = None  # None: MATLAB's default, 0.01 sgdm / 0.001 others
     mini_batch_size: int = 128  # global mini-batch, split evenly over the devices
     max_epochs: int = 30  # full passes over the training data
     shuffle: str = "once"  # "once", "every-epoch" or "never"
     l2_regularization: float = 1e-4  # L2 factor on every parameter (coupled, as MATLAB)
     momentum: float = 0.9  # sgdm only
     gradient_decay_factor: float = 0.9  # adam beta1
-    squared_gradient_decay_factor: float = 0.999  # adam beta2
-    epsilon: float = 1e-8  # adam denominator offset
-    learn_rate_schedule: str = "none"  # "none" or "piecewise"
+    squared_gradient_decay_factor: float | None = None  # None: 0.9 rmsprop, 0.999 adam
+    epsilon: float = 1e-8  # rmsprop and adam denominator offset
+    gradient_threshold: float = math.inf  # clip gradients beyond this (inf: never)
+    gradient_threshold_method: str = "l2norm"  # or "global-l2norm", "absolute-value"
+    learn_rate_schedule: Any = "none"  # a schedules.NAMES name, a schedules object, or a sequence
     learn_rate_drop_factor: float = 0.1  # piecewise: multiply the rate by this ...
     learn_rate_drop_period: int = 10  # ... every this many epochs
     validation_data: Any = None  # an image set evaluated during training, or None
     validation_frequency: int = 50  # iterations between validations
+    validation_patience: float = math.inf  # validations without a better objective that stop it
+    objective_metric_name: str = "loss"  # what patience and the best network go by
+    metrics: tuple[str, ...] = ()  # validation metrics among METRICS (macro over classes)
+    output_network: str = "auto"  # "last-iteration", "best-validation"; "auto": best if validating
+    batch_normalization_statistics: str = "population"  # or "moving"; population: a pass at the end
     augmentation: Augmentation | None = None  # applied on the device to training batches
     execution_environment: str = "auto"  # "auto", "cpu", "gpu" or "multi-gpu"
     verbose: bool = True  # print MATLAB's progress table
@@ -60,7 +73,12 @@ class TrainingOptions:
     def __post_init__(self):
         check_choice(self, "solver", SOLVERS)
         check_choice(self, "shuffle", SHUFFLES)
-        check_choice(self, "learn_rate_schedule", SCHEDULES)
+        if isinstance(self.learn_rate_schedule, list):
+            object.__setattr__(self, "learn_rate_schedule", tuple(self.learn_rate_schedule))
+        schedules.check(self.learn_rate_schedule)
+        check_choice(self, "gradient_threshold_method", THRESHOLD_METHODS)
+        check_choice(self, "output_network", OUTPUT_NETWORKS)
+        check_choice(self, "batch_normalization_statistics", BN_STATISTICS)
         check_choice(self, "execution_environment", ENVIRONMENTS)
         check_choice(self, "plots", PLOTS)
         check_choice(self, "checkpoint_frequency_unit", CHECKPOINT_UNITS)
@@ -73,9 +91,13 @@ class TrainingOptions:
             check_float(self, "initial_learn_rate", low=0, low_open=True)
         check_float(self, "l2_regularization", low=0)
         check_float(self, "learn_rate_drop_factor", low=0, high=1)
-        for name in ("momentum", "gradient_decay_factor", "squared_gradient_decay_factor"):
+        for name in ("momentum", "gradient_decay_factor"):
             check_float(self, name, low=0, high=1, high_open=True)
+        if self.squared_gradient_decay_factor is not None:
+            check_float(self, "squared_gradient_decay_factor", low=0, high=1, high_open=True)
         check_float(self, "epsilon", low=0, low_open=True)
+        _check_positive_or_inf(self, "gradient_threshold", integer=False)
+        _check_positive_or_inf(self, "validation_patience", integer=True)
         for name, what in (("checkpoint_path", "a folder path"), ("log_dir", "a folder path"),
                            ("plots_path", "a file path")):
             value = getattr(self, name)
@@ -87,6 +109,40 @@ class TrainingOptions:
         if self.output_fn is not None and not callable(self.output_fn):
             raise ValueError(f"output_fn={self.output_fn!r} must be callable or None")
         _check_data(self.validation_data)
+        self._check_validation_choices()
+
+    def _check_validation_choices(self) -> None:
+        metrics = (self.metrics,) if isinstance(self.metrics, str) else self.metrics
+        if not isinstance(metrics, (tuple, list)) or any(
+                not isinstance(m, str) or m not in METRICS for m in metrics) or len(
+                set(metrics)) != len(metrics):
+            raise ValueError(f"metrics={self.metrics!r} must be distinct names among "
+                             f"{', '.join(METRICS)}")
+        object.__setattr__(self, "metrics", tuple(metrics))
+        allowed = ("loss", "accuracy", *self.metrics)
+        if self.objective_metric_name not in allowed:
+            raise ValueError(f"objective_metric_name={self.objective_metric_name!r} is not "
+                             f"allowed; use one of {', '.join(dict.fromkeys(allowed))} (a "
+                             "metric must also be in metrics)")
+        if self.validation_data is None:
+            for name, value in (("output_network", "best-validation"),
+                                ("validation_patience", self.validation_patience)):
+                if getattr(self, name) == value and value != math.inf:
+                    raise ValueError(f"{name}={value!r} needs validation_data")
+
+    @property
+    def squared_decay(self) -> float:
+        """The squared-gradient decay in force (the solver's MATLAB default when None)."""
+        if self.squared_gradient_decay_factor is None:
+            return DEFAULT_SQUARED_DECAY.get(self.solver, DEFAULT_SQUARED_DECAY["adam"])
+        return float(self.squared_gradient_decay_factor)
+
+    @property
+    def best_validation(self) -> bool:
+        """Whether ``train`` returns the best-validation network ("auto" with validation
+        data, as MATLAB)."""
+        return self.output_network == "best-validation" or (
+            self.output_network == "auto" and self.validation_data is not None)
 
     @property
     def learn_rate(self) -> float:
@@ -128,6 +184,16 @@ def scale_for_devices(options: TrainingOptions, num_devices: int | None = None, 
               f"{options.mini_batch_size} -> {scaled.mini_batch_size}, initial_learn_rate "
               f"{options.learn_rate:g} -> {scaled.learn_rate:g}")
     return scaled
+
+
+def _check_positive_or_inf(owner, name: str, *, integer: bool) -> None:
+    value = getattr(owner, name)
+    kinds = (int,) if integer else (int, float)
+    ok = not isinstance(value, bool) and (value == math.inf or (
+        isinstance(value, kinds) and value > 0 and math.isfinite(value)))
+    if not ok:
+        what = "a positive integer" if integer else "a positive number"
+        raise ValueError(f"{name}={value!r} must be {what} or math.inf")
 
 
 def _check_data(data) -> None:

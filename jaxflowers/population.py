@@ -9,7 +9,24 @@ describe the network that is returned.
 
 :func:`batch_moments` is the per-device piece (pure, jit- and shard_map-friendly);
 :func:`population_statistics` runs it over a data set on one device and returns the
-network with the new statistics.
+network with the new statistics; :func:`resident_pass` is the pass ``train`` runs at the end
+of training on every device (``TrainingOptions(batch_normalization_statistics=
+"population")``, the default), defined exactly as follows:
+
+* It reads the training set in its stored order, in whole global mini-batches of
+  ``mini_batch_size`` (the last partial one left out, as a training epoch does), through the
+  training augmentation, image ``i`` with the key ``random.split(PRNGKey(seed), n)[i]``
+  (``n`` the images of the pass, ``seed`` the options').
+* The network runs in training mode: every batch-norm layer normalises with the statistics
+  of the current mini-batch, pooled over the whole global batch on every device
+  (synchronised batch norm, for models with a ``bn_axis_name``), so every layer sees what
+  it would see on one device given the whole mini-batch.
+* Each layer's mean is the mean of its float32 inputs over every image and position of the
+  pass, its variance the mean of squares minus the squared mean: the exact moments of what
+  the layer saw (not an average of per-batch variances).
+
+So on any number of devices it gives ``population_statistics(net, data, mini_batch_size=
+mini_batch_size, augmentation=augmentation, seed=seed)`` of the pass's images.
 """
 from __future__ import annotations
 
@@ -23,6 +40,7 @@ import numpy as np
 
 from jaxflowers.data.augment import Augmentation, normalize
 from jaxflowers.models.norm import BatchNorm
+from jaxflowers.parallel import AXIS
 
 _NORMS = (BatchNorm, nn.BatchNorm)
 _COLLECTION = "population_moments"
@@ -132,3 +150,47 @@ def _weighted_moments(model, variables, images, stats, keys, augmentation, dtype
         images = augmentation(images, keys)
     moments = batch_moments(model, variables, normalize(images, stats[0], stats[1], dtype))
     return jax.tree.map(lambda m: m * images.shape[0], moments)
+
+
+def resident_pass(variables, images, order, stats, *, model, dtype, augmentation, seed: int,
+                  count: int) -> dict:
+    """Per device: ``variables`` with population statistics from the resident training set.
+
+    Args:
+      variables: {"params", "batch_stats"} in tree form, replicated.
+      images: (N, H, W, C) uint8, the whole training set on this device.
+      order: (batches, b) int32, this device's columns of each global mini-batch.
+      stats: per-channel input (mean, std), float32 (C,) each.
+      model: the module with batch norm pooled over the mesh axis.
+      augmentation, seed, count: the pass's augmentation, its seed and its image count.
+    """
+    keys = jax.random.split(jax.random.PRNGKey(seed), count)
+
+    def add(total, rows):
+        moments = pass_moments(variables, jnp.take(images, rows, axis=0), stats,
+                               keys=jnp.take(keys, rows, axis=0), model=model, dtype=dtype,
+                               augmentation=augmentation)
+        return jax.tree.map(jnp.add, total, moments), None
+
+    first = pass_moments(variables, jnp.take(images, order[0], axis=0), stats,
+                         keys=jnp.take(keys, order[0], axis=0), model=model, dtype=dtype,
+                         augmentation=augmentation)
+    total, _ = jax.lax.scan(add, first, order[1:])
+    return with_population(variables, total, order.shape[0])
+
+
+def pass_moments(variables, images, stats, *, keys, model, dtype, augmentation) -> dict:
+    """Per device: :func:`batch_moments` of this device's rows of a global mini-batch
+    (uint8, augmented with ``keys``), averaged over the devices (equal rows on each, so the
+    mean of their means is the global batch's)."""
+    if augmentation is not None:
+        images = augmentation(images, keys)
+    moments = batch_moments(model, variables, normalize(images, stats[0], stats[1], dtype))
+    return jax.lax.pmean(moments, AXIS)
+
+
+def with_population(variables: dict, total: dict, batches: int) -> dict:
+    """``variables`` whose batch-norm statistics come from ``total``, the summed
+    :func:`batch_moments` of ``batches`` equal-sized mini-batches."""
+    statistics = moments_to_statistics(jax.tree.map(lambda t: t / batches, total))
+    return {**variables, "batch_stats": statistics}

@@ -1,10 +1,11 @@
 """``TrainProgram``: the one owner of what a training runs on the devices.
 
 It holds the parameter layout, the shardings, the wrapping (``DataParallel.wrap``:
-``shard_map`` or ``pmap``) and the compilation of the initial state, the training block and
-the validation pass. Feeds hand it host arrays, which it places. Everything that leaves it
-(variables, checkpoints, the trained network) is the model's own parameter tree: keeping
-the parameters as one vector during the update is this module's internal detail.
+``shard_map`` or ``pmap``) and the compilation of the initial state, the training block,
+the validation pass and the population-statistics pass that follows training. Feeds hand
+it host arrays, which it places. Everything that leaves it (variables, checkpoints, the
+trained network) is the model's own parameter tree: keeping the parameters as one vector
+during the update is this module's internal detail.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxflowers import population
 from jaxflowers.data.loader import ResidentData, channel_stats, stats_from_moments
 from jaxflowers.execution import Resolved
 from jaxflowers.forward import ForwardPass
@@ -33,7 +35,8 @@ class Ready:
     state: TrainState  # placed on every device
     run: Callable  # run(state, limit) -> (state, metrics): one dispatch
     normalization: tuple[np.ndarray, np.ndarray]  # per-channel (mean, std) on the host
-    validation: Any = None  # (placed images, labels) of the validation set, or None
+    validation: Any = None  # (placed images, labels, stats) of the validation set, or None
+    population: Callable | None = None  # placed variables -> with population statistics
 
 
 class TrainProgram:
@@ -55,7 +58,9 @@ class TrainProgram:
         self.dtype = jnp.bfloat16 if resolved.precision == "bfloat16" else jnp.float32
         self.model = _configure(model, self.dtype, None)  # per-device batch norm: init, forward
         steps = feed.steps_per_epoch
-        tx = make_optimizer(options, steps)
+        # The per-tensor gradient clip finds each tensor in the flat vector by the layout,
+        # which the initial state's trace below decides.
+        tx = make_optimizer(options, steps, layout=lambda: self.layout)
         # Traced once: the traced parameters also give the one-vector layout.
         self.init = init_program(self.model, tx, self.input_shape, options.seed,
                                  resolved.flat_parameters or None)
@@ -73,33 +78,42 @@ class TrainProgram:
         self._to_tree = parallel.wrap(self._tree_state, (REPLICATED,), REPLICATED)
         self._unpack = (None if self.layout is None else
                         parallel.wrap(self.layout.unpack, (REPLICATED,), REPLICATED))
+        self._snapshot = parallel.wrap(self._copy_variables, (REPLICATED,), REPLICATED)
+        # Population statistics: with batch norm pooled over the global batch (population.py).
+        self.recomputes_statistics = (options.batch_normalization_statistics == "population"
+                           and bool(jax.tree.leaves(self._local_shapes.batch_stats)))
+        self._population_model = _configure(model, self.dtype, AXIS)
 
     # ------------------------------------------------------------------ preparation
 
     def prepare(self, validation_data=None, restored: dict | None = None, start: int = 0,
-                *, checkpoints: bool = False) -> Ready:
+                *, checkpoints: bool = False, snapshots: bool = False) -> Ready:
         """Place and compile everything at once, in threads: the initial (or ``restored``)
         state, the training set and its channel statistics, the training block, the
-        validation set and pass, and the small programs that read the state in tree form
-        (for validation and, with ``checkpoints``, for saving). Compiling needs only
-        shapes, so nothing waits for a copy.
+        validation set and pass, the population-statistics pass, and the small programs
+        that read the state in tree form (for validation, the kept networks and, with
+        ``checkpoints``, for saving). Compiling needs only shapes, so nothing waits for a
+        copy.
 
         Args:
           validation_data: an image set to validate on, or None.
           restored: a tree-form state (``tree_state``'s layout, host arrays) to continue.
           start: the iteration the run continues from (the streamed feed skips that far).
           checkpoints: whether the run will save checkpoints.
+          snapshots: whether validations keep copies of the networks they score.
         """
-        with concurrent.futures.ThreadPoolExecutor(5, "jaxflowers-compile") as pool:
+        with concurrent.futures.ThreadPoolExecutor(6, "jaxflowers-compile") as pool:
             state = pool.submit(self._initial_state, restored)
             placed = pool.submit(self._place_feed, start)
             block = pool.submit(self.lower_block().compile)  # the longest: traced first
-            readers = []
-            if self._unpack is not None and validation_data is not None:
-                readers.append(pool.submit(self._compile_reader, "_unpack",
-                                           self.state_shapes.stored_variables()))
-            if checkpoints:
-                readers.append(pool.submit(self._compile_reader, "_to_tree", self.state_shapes))
+            stored = self.state_shapes.stored_variables()
+            readers = [pool.submit(self._compile_reader, name, shapes) for name, shapes, due in (
+                ("_unpack", stored, self._unpack is not None and (
+                    validation_data is not None or self.recomputes_statistics)),
+                ("_snapshot", stored, snapshots and validation_data is not None),
+                ("_to_tree", self.state_shapes, checkpoints)) if due]
+            passes = (pool.submit(self._population_pass) if self.recomputes_statistics
+                      else None)
             validation = None
             if validation_data is not None:
                 abstract = self.forward.abstract(len(validation_data), self.input_shape)
@@ -112,6 +126,9 @@ class TrainProgram:
             arrays, stats, normalization = placed.result()
             run = self._runner(block.result(), arrays, stats)
             ready = Ready(state.result(), run, normalization)
+            if passes is not None:
+                ready.population = functools.partial(passes.result(), arrays=arrays,
+                                                     stats=stats)
             if validation:
                 validation[1].result()  # raises what the compilation raised
                 ready.validation = (validation[0].result(),
@@ -186,14 +203,21 @@ class TrainProgram:
 
     def variable_shapes(self):
         """Placed shapes of the model's variables in tree form (what validation takes)."""
-        shapes = {"params": self._local_shapes.params, "batch_stats": self._local_shapes.batch_stats}
-        if self.layout is not None:
-            shapes = jax.eval_shape(self.layout.unpack, shapes)
-        return self.parallel.abstract(shapes)
+        return self.parallel.abstract(self.variable_shapes_local())
 
-    def variables(self, state: TrainState):
-        """The model's variables as a placed tree (dispatched, not waited for)."""
+    def variable_shapes_local(self):
+        """Shapes of the model's variables in tree form on one device."""
+        local = self._local_shapes
+        shapes = {"params": local.params, "batch_stats": local.batch_stats}
+        return shapes if self.layout is None else jax.eval_shape(self.layout.unpack, shapes)
+
+    def variables(self, state: TrainState, *, keep: bool = False):
+        """The model's variables as a placed tree (dispatched, not waited for). With
+        ``keep``, a copy on the devices that outlives ``state`` (the next block donates
+        ``state``'s buffers)."""
         stored = state.stored_variables()
+        if keep:
+            return self._snapshot(stored)
         return stored if self._unpack is None else self._unpack(stored)
 
     def host_variables(self, state: TrainState) -> dict:
@@ -229,6 +253,34 @@ class TrainProgram:
             params = ravel(params)
         return TrainState(step=tree["step"], params=params, batch_stats=tree["batch_stats"],
                           opt_state=opt_state, key=tree["key"], halted=tree["halted"])
+
+    def _copy_variables(self, stored: dict) -> dict:
+        """Per device: a copy of the stored variables in tree form."""
+        return jax.tree.map(jnp.copy, stored if self.layout is None else
+                            self.layout.unpack(stored))
+
+    # ------------------------------------------------------------------ population statistics
+
+    def _population_pass(self) -> Callable:
+        """The compiled population pass (``population.py``) for this feed: ``run(variables,
+        *, arrays, stats)`` returns placed variables with population statistics."""
+        kwargs = dict(model=self._population_model, dtype=self.dtype,
+                      augmentation=self.options.augmentation)
+        batches = self.feed.steps_per_epoch
+        order = np.arange(batches * self.options.mini_batch_size, dtype=np.int32)
+        order = order.reshape(batches, -1)
+        if not isinstance(self.feed, ResidentData):
+            return _StreamedPopulation(self, kwargs, order)
+        fn = functools.partial(population.resident_pass, seed=self.options.seed,
+                               count=order.size, **kwargs)
+        wrapped = self.parallel.wrap(fn, (REPLICATED, REPLICATED, sharded(1), REPLICATED),
+                                     REPLICATED)
+        images = self.parallel.abstract(jax.ShapeDtypeStruct(self.feed.shape, np.uint8))
+        placed = self.parallel.abstract(jax.ShapeDtypeStruct(order.shape, np.int32), sharded(1))
+        compiled = wrapped.lower(self.variable_shapes(), images, placed,
+                                 self.stats_shape).compile()
+        return lambda variables, arrays, stats: compiled(
+            variables, arrays[0], self.parallel.put(order, sharded(1)), stats)
 
     def _tree_state(self, state: TrainState) -> dict:
         """Per device: ``state`` as a dict in tree form (copies, never the inputs)."""
@@ -276,6 +328,44 @@ class _StreamedRunner:
         if batch is None:
             return None
         return self.parallel.put_process_local((batch["images"], batch["labels"]), sharded(0))
+
+
+class _StreamedPopulation:
+    """The population pass over a streamed training set: one dispatch per host batch, each
+    image with the key ``resident_pass`` gives it."""
+
+    def __init__(self, program: TrainProgram, kwargs: dict, order: np.ndarray):
+        self.program, self.order = program, order
+        parallel = program.parallel
+
+        def add(total, variables, images, keys, stats):
+            moments = population.pass_moments(variables, images, stats, keys=keys, **kwargs)
+            return jax.tree.map(jnp.add, total, moments)
+
+        self._add = parallel.wrap(add, (REPLICATED, REPLICATED, sharded(0), sharded(0),
+                                        REPLICATED), REPLICATED, donate_argnums=(0,))
+        self._finish = parallel.wrap(functools.partial(population.with_population,
+                                                       batches=len(order)),
+                                     (REPLICATED, REPLICATED), REPLICATED)
+
+    def __call__(self, variables, arrays, stats):
+        del arrays  # the training iterator: the pass reads the set in its own order
+        from jaxflowers.data.stream import host_batches, process_columns
+
+        program, parallel, order = self.program, self.program.parallel, self.order
+        keys = np.asarray(jax.random.split(jax.random.PRNGKey(program.options.seed),
+                                           order.size))
+        if parallel.multiprocess:
+            order = process_columns(order, jax.process_index(), jax.process_count())
+        shapes = jax.eval_shape(functools.partial(population.batch_moments, program.model),
+                                program.variable_shapes_local(),
+                                jax.ShapeDtypeStruct((1, *program.input_shape), program.dtype))
+        total = parallel.put(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
+        for batch in host_batches(program.feed.data, order):
+            images, batch_keys = parallel.put_process_local(
+                (batch["images"], keys[batch["index"]]), sharded(0))
+            total = self._add(total, variables, images, batch_keys, stats)
+        return self._finish(variables, total)
 
 
 def _row_moments(images):

@@ -52,15 +52,16 @@ class Progress:
             for it in added:
                 self._send({"state": "iteration", **self.history.row(it)})
 
-    def add_validation(self, iteration: int, loss: float, accuracy: float) -> None:
-        """Record a validation at ``iteration`` (accuracy as a fraction)."""
-        self.history.add_validation(iteration, loss, accuracy)
+    def add_validation(self, iteration: int, scores: dict) -> None:
+        """Record the validation at ``iteration`` (``metrics.score``'s scores: accuracy in
+        %); ``output_fn`` sees each as ``validation_<name>``."""
+        self.history.add_validation(iteration, scores)
         message = {"state": "validation", "iteration": iteration,
                    "epoch": self.history.epoch(iteration)}
         if 0 < iteration <= self.iterations_done:
             message = {"state": "validation", **self.history.row(iteration)}
-        self._send(dict(message, validation_loss=float(loss),
-                        validation_accuracy=100.0 * float(accuracy)))
+        self._send(dict(message, **{f"validation_{k}": v
+                                    for k, v in self.history.validation_at(iteration).items()}))
 
     def report(self, info: Callable[[], TrainingInfo] | None = None) -> None:
         """Print the table rows due; update the sinks with ``info()`` (the record so far)."""

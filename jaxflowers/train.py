@@ -18,6 +18,7 @@ import numpy as np
 
 from jaxflowers import checkpoint as checkpoint_lib
 from jaxflowers import interrupt
+from jaxflowers import output_network
 from jaxflowers.checks import check_training
 from jaxflowers.data.loader import ResidentData, choose_placement, image_shape
 from jaxflowers.execution import ExecutionOptions
@@ -54,9 +55,13 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     Returns:
       ``(net, info)``: a ``TrainedNet`` and a ``TrainingInfo``. Training ends at
       ``max_epochs``, or earlier: when ``output_fn`` returns True, on Ctrl-C (the first
-      press stops at the next block boundary) or at the first iteration whose loss or
-      gradient is not finite; ``info.stop_reason`` says which, and ``net`` is then the last
-      network whose every step was finite.
+      press stops at the next block boundary), when the validation objective has not
+      improved for ``validation_patience`` validations, or at the first iteration whose
+      loss or gradient is not finite; ``info.stop_reason`` says which. ``net`` is the best
+      validated network or the last one (``output_network``; after a non-finite step the
+      last network whose every step was finite), with population batch-norm statistics
+      unless ``batch_normalization_statistics="moving"``;
+      ``info.output_network_iteration`` says which iteration it is.
 
     With several processes (``parallel.initialize`` first), every process calls ``train``
     with the same data and options and gets the same ``(net, info)``.
@@ -75,7 +80,10 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     resolved = execution.resolve(platform, input_shape, streamed=feed.kind == "stream")
     program = TrainProgram(parallel, model, options, resolved, feed=feed,
                            input_shape=input_shape, sync_batch_norm=execution.sync_batch_norm)
-    restored = (checkpoint_lib.restore(resume, program.tree_state_shapes(), options, data)
+    shapes = program.tree_state_shapes()
+    if output_network.keeps_networks(options):  # checkpoints hold the best network too
+        shapes = {**shapes, "best": program.variable_shapes_local()}
+    restored = (checkpoint_lib.restore(resume, shapes, options, data)
                 if resume is not None else None)
     return _Run(program, options, parallel, data, restored).execute()
 
@@ -89,7 +97,7 @@ class _Run:
         self.restored = restored
         self.start = restored.iteration if restored else 0
         steps = program.feed.steps_per_epoch
-        self.history = restored.history if restored else History(steps)
+        self.history = restored.history if restored else History(steps, options.metrics)
         self.total = steps * options.max_epochs
 
     def execute(self) -> tuple[TrainedNet, TrainingInfo]:
@@ -97,17 +105,22 @@ class _Run:
         checkpoints = self._checkpointer()
         with interrupt.catch() as ctrl_c:
             try:
-                ready = self.program.prepare(self.options.validation_data,
-                                             self.restored and self.restored.state, self.start,
-                                             checkpoints=checkpoints is not None)
+                ready = self.program.prepare(
+                    self.options.validation_data, self.restored and self.restored.state,
+                    self.start, checkpoints=checkpoints is not None,
+                    snapshots=output_network.keeps_networks(self.options))
                 compile_time = time.perf_counter() - t0
                 progress = self._progress()
                 progress.start(self._summary())
+                objective = output_network.objective(self.options, self.history)
                 loop = TrainingLoop(self.program, ready, progress, self._schedule(),
                                     look_ahead=_look_ahead(self.options, self.parallel),
-                                    interrupt=ctrl_c, checkpoints=checkpoints)
+                                    interrupt=ctrl_c, checkpoints=checkpoints,
+                                    objective=objective, keep=objective is not None,
+                                    best=self._restored_best(objective))
                 state, timings = loop.run(ready.state, self.start)
                 loop.final_checkpoint(state)
+                output = output_network.finish(self.program, ready, loop, state, self.history)
             finally:
                 self.program.feed.close()  # grain's readers, also on early stop or error
                 if checkpoints is not None:
@@ -117,12 +130,18 @@ class _Run:
         info = progress.finish(
             compile_time=compile_time, num_devices=self.parallel.num_devices,
             data_placement=self.program.feed.kind, stopped_early=reason != MAX_EPOCHS,
-            stop_reason=reason, **timings,
+            stop_reason=reason, **timings, **output.info_fields(self.options.metrics),
             checkpoint=None if loop.last_checkpoint is None else str(loop.last_checkpoint[1]))
-        net = TrainedNet(model=self.program.model, variables=self.program.host_variables(state),
+        net = TrainedNet(model=self.program.model, variables=output.variables,
                          class_names=tuple(self.data.class_names),
                          normalization=ready.normalization, input_shape=self.program.input_shape)
         return net, info
+
+    def _restored_best(self, objective):
+        """``(iteration, placed variables)`` of a resumed run's best network, or None."""
+        if objective is None or objective.best_iteration is None or self.restored is None:
+            return None
+        return objective.best_iteration, self.parallel.put(self.restored.state["best"])
 
     def _checkpointer(self):
         if self.options.checkpoint_path is None:

@@ -150,7 +150,7 @@ def test_jaxflowers_models_declare_the_outputs_eval_shape_finds():
 
 @pytest.mark.parametrize("options, message", [
     (dict(mini_batch_size=0), r"mini_batch_size=0 must be an integer >= 1"),
-    (dict(solver="adamw"), r"solver='adamw' is not allowed; use one of sgdm, adam"),
+    (dict(solver="adamw"), r"solver='adamw' is not allowed; use one of sgdm, rmsprop, adam"),
     (dict(initial_learn_rate=float("nan")), r"initial_learn_rate=nan must be a finite number"),
     (dict(validation_data=[1, 2]), r"validation_data=list lacks images, labels, class_names"),
 ])

@@ -7,9 +7,33 @@ from jaxflowers.optim import learn_rate_schedule
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("solver", "rmsprop", "solver='rmsprop' is not allowed; use one of sgdm, adam"),
+    ("solver", "lbfgs", "solver='lbfgs' is not allowed; use one of sgdm, rmsprop, adam"),
     ("shuffle", "sometimes", "shuffle='sometimes'"),
-    ("learn_rate_schedule", "cosine", "learn_rate_schedule='cosine'"),
+    ("learn_rate_schedule", "linear", "learn_rate_schedule='linear'.*use one of none, "
+                                      "piecewise, warmup, cosine, polynomial, exponential"),
+    ("learn_rate_schedule", (), r"learn_rate_schedule=\(\) is empty"),
+    ("learn_rate_schedule", ("warmup", 0.1), r"0.1 is not allowed"),
+    ("learn_rate_schedule", ("cosine", "warmup"), "'cosine' runs to the end of training, so "
+                                                  "what follows it would never run"),
+    ("gradient_threshold", 0, "gradient_threshold=0 must be a positive number or math.inf"),
+    ("gradient_threshold", float("nan"), "gradient_threshold=nan"),
+    ("gradient_threshold_method", "l1norm", "gradient_threshold_method='l1norm' is not "
+                                            "allowed; use one of l2norm, global-l2norm, "
+                                            "absolute-value"),
+    ("validation_patience", 0, "validation_patience=0 must be a positive integer or math.inf"),
+    ("validation_patience", 2.5, "validation_patience=2.5"),
+    ("output_network", "best", "output_network='best' is not allowed; use one of auto, "
+                               "last-iteration, best-validation"),
+    ("output_network", "best-validation", "output_network='best-validation' needs "
+                                          "validation_data"),
+    ("metrics", ("accuracy", "f1"), r"metrics=\('accuracy', 'f1'\) must be distinct names "
+                                    "among accuracy, fscore, precision, recall, auc"),
+    ("metrics", ("auc", "auc"), "metrics=.* must be distinct"),
+    ("objective_metric_name", "fscore", "objective_metric_name='fscore' is not allowed; use "
+                                        "one of loss, accuracy"),
+    ("batch_normalization_statistics", "global", "batch_normalization_statistics='global' "
+                                                 "is not allowed; use one of population, moving"),
+    ("squared_gradient_decay_factor", 1.0, "squared_gradient_decay_factor=1.0"),
     ("execution_environment", "tpu", "execution_environment='tpu'"),
     ("plots", "yes", "plots='yes'"),
     ("mini_batch_size", 0, "mini_batch_size=0 must be an integer >= 1"),
@@ -117,3 +141,75 @@ def test_matlab_example_schedule_80_epochs_drop_every_50():
 def test_constant_schedule():
     schedule = learn_rate_schedule(jf.TrainingOptions(initial_learn_rate=0.3), steps_per_epoch=5)
     assert float(schedule(0)) == float(schedule(10_000)) == pytest.approx(0.3)
+
+
+def test_squared_gradient_decay_defaults_follow_matlab_per_solver():
+    assert jf.TrainingOptions(solver="rmsprop").squared_decay == 0.9
+    assert jf.TrainingOptions(solver="adam").squared_decay == 0.999
+    assert jf.TrainingOptions(solver="rmsprop", squared_gradient_decay_factor=0.5).squared_decay == 0.5
+    assert jf.TrainingOptions(solver="rmsprop").learn_rate == 0.001
+
+
+def test_validation_options_need_validation_data_and_metrics_take_one_name(digits):
+    with pytest.raises(ValueError, match="validation_patience=3 needs validation_data"):
+        jf.TrainingOptions(validation_patience=3)
+    opts = jf.TrainingOptions(metrics="fscore", objective_metric_name="fscore",
+                              validation_data=digits)
+    assert opts.metrics == ("fscore",) and opts.best_validation
+    assert not jf.TrainingOptions().best_validation  # "auto" without validation data
+    assert not opts.replace(output_network="last-iteration").best_validation
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: jf.schedules.Warmup(num_steps=0), "num_steps=0 must be an integer >= 1"),
+    (lambda: jf.schedules.Warmup(frequency_unit="batch"), "frequency_unit='batch'"),
+    (lambda: jf.schedules.Cosine(initial_factor=0), "initial_factor=0"),
+    (lambda: jf.schedules.Cosine(period_growth_factor=0.5), "period_growth_factor=0.5"),
+    (lambda: jf.schedules.Polynomial(power=-1), "power=-1"),
+    (lambda: jf.schedules.Exponential(drop_factor=1), "drop_factor=1 must be a finite number "
+                                                      r"in \(0, 1\)"),
+    (lambda: jf.schedules.Cyclical(step_ratio=1.5), "step_ratio=1.5"),
+    (lambda: jf.schedules.Piecewise(period=0), "period=0"),
+])
+def test_bad_schedule_parameters_name_field_and_value(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def _rates(schedule, steps_per_epoch=4, max_epochs=5, rate=0.1):
+    opts = jf.TrainingOptions(initial_learn_rate=rate, max_epochs=max_epochs,
+                              learn_rate_schedule=schedule)
+    fn = learn_rate_schedule(opts, steps_per_epoch)
+    return np.array([float(fn(s)) for s in range(steps_per_epoch * max_epochs)])
+
+
+def test_each_schedule_equals_its_formula():
+    """MATLAB's schedules with their defaults; k counts the schedule's completed steps
+    (epochs unless the schedule says iterations), so epoch schedules hold for an epoch."""
+    k = np.arange(20) // 4  # completed epochs at each of 20 iterations
+    np.testing.assert_allclose(_rates("cosine"), 0.1 * 0.5 * (1 + np.cos(np.pi * k / 5)),
+                               rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(_rates("polynomial"), 0.1 * (1 - k / 5), rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(_rates("exponential"), 0.1 * 0.1 ** k, rtol=1e-5)
+    # cyclical: period 10 epochs, rising over 2.5 of them to 5x, falling over 7.5
+    up = np.interp(k % 10, [0, 2.5, 10], [1, 5, 1])
+    np.testing.assert_allclose(_rates("cyclical"), 0.1 * up, rtol=1e-5)
+    warm = _rates("warmup")  # 5 iterations from 0 to the full rate, then the full rate
+    np.testing.assert_allclose(warm, 0.1 * np.minimum(np.arange(20) / 5, 1), rtol=1e-5)
+
+
+def test_a_sequence_runs_each_schedule_from_where_the_last_ended():
+    """MATLAB's cell array {warmupLearnRate(...), cosineLearnRate(...)}: the cosine's k
+    starts at 0 when the warm-up ends, and "rest of training" means the rest."""
+    chain = (jf.schedules.Warmup(num_steps=2, frequency_unit="epoch"),
+             jf.schedules.Cosine(final_factor=0.1, frequency_unit="iteration"))
+    rates = _rates(chain, steps_per_epoch=4, max_epochs=5)
+    np.testing.assert_allclose(rates[:8], 0.1 * np.repeat([0.0, 0.5], 4), atol=1e-8)
+    k = np.arange(12)  # 12 iterations left after the two warm-up epochs
+    np.testing.assert_allclose(rates[8:], 0.1 * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * k / 12))),
+                               rtol=1e-5)
+    restarts = _rates(jf.schedules.Cosine(period=2, period_growth_factor=2), max_epochs=6)
+    k = np.arange(24) // 4
+    position = np.select([k < 2, k < 6], [k / 2, (k - 2) / 4], (k - 6) / 8)
+    np.testing.assert_allclose(restarts, 0.1 * 0.5 * (1 + np.cos(np.pi * position)),
+                               rtol=1e-5, atol=1e-8)

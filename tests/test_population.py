@@ -16,11 +16,14 @@ from jaxflowers.population import (
 
 @pytest.fixture(scope="module")
 def trained():
-    """cifar_net(1) after a short SGDM run on the digits: running averages still lag."""
+    """cifar_net(1) after a short SGDM run on the digits: running averages still lag (the
+    network as trained: "moving" statistics, the last iteration's)."""
     train_set, validation_set = jf.data.digits().split_each_label(0.8, seed=0)
     opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=0.05, max_epochs=2,
                               shuffle="every-epoch", verbose=False,
-                              validation_data=validation_set, validation_frequency=5)
+                              validation_data=validation_set, validation_frequency=5,
+                              batch_normalization_statistics="moving",
+                              output_network="last-iteration")
     net, info = jf.train(train_set, jf.models.cifar_net(1), opts)
     return net, info, train_set, validation_set
 
@@ -103,3 +106,25 @@ def test_bad_input_is_named(trained, change, match):
     with pytest.raises(ValueError, match=match):
         population_statistics(net, data, **kwargs)
     jax.tree.map(np.testing.assert_array_equal, net.variables["batch_stats"], before)
+
+
+@pytest.mark.parametrize("placement", ["resident", "stream"])
+def test_train_s_pass_on_four_devices_equals_one_pass_on_one_device(digits, placement):
+    """``train``'s own pass (the default "population"), on 4 devices with the batch split
+    over them, from the resident or the streamed set: the statistics of
+    ``population_statistics`` on one device over the pass's images (the whole mini-batches,
+    in order) with the training augmentation and seed."""
+    data = digits.subset(np.arange(100))
+    augmentation = jf.data.Augmentation(reflect_x=True, translate_x=(-2, 2))
+    opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=0.05, mini_batch_size=16,
+                              max_epochs=1, verbose=False, augmentation=augmentation, seed=3)
+    net, _ = jf.train(data, jf.models.cifar_net(1), opts,
+                      execution=jf.ExecutionOptions(data_placement=placement))
+    reference = population_statistics(net, digits.subset(np.arange(96)), mini_batch_size=16,
+                                      augmentation=augmentation, seed=3)
+    jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5),
+                 net.variables["batch_stats"], reference.variables["batch_stats"])
+    # The augmentation matters: a pass over the plain images gives other statistics.
+    plain = population_statistics(net, digits.subset(np.arange(96)), mini_batch_size=16)
+    assert not np.allclose(plain.variables["batch_stats"]["BatchNorm_2"]["var"],
+                           net.variables["batch_stats"]["BatchNorm_2"]["var"], rtol=1e-3)

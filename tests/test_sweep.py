@@ -422,18 +422,25 @@ def test_the_travelling_classes_are_the_public_ones_and_only_they_travel():
     public = {"TrainingOptions": jf.TrainingOptions, "ExecutionOptions": jf.ExecutionOptions,
               "Augmentation": jf.data.Augmentation,
               "ImageSet": jf.data.ImageSet, "TrainedNet": jf.TrainedNet,
-              "TrainingInfo": jf.TrainingInfo}
+              "TrainingInfo": jf.TrainingInfo,
+              **{name: getattr(jf.schedules, name) for name in (
+                  "Constant", "Piecewise", "Warmup", "Cosine", "Polynomial", "Exponential",
+                  "Cyclical")}}
     assert set(objects.TAGS) == set(public)
     for tag, cls in public.items():
         assert objects.travelling_class(tag) is cls
     info = jf.TrainingInfo(*(np.arange(3),) * 8, stop_reason="training loss is NaN")
     net = jf.TrainedNet(jf.models.cifar_net(1, 10), {"params": {"w": np.ones(2)}}, ("a",),
                         (np.zeros(3, np.float32), np.ones(3, np.float32)), (32, 32, 3))
-    for value in (info, net, jf.data.digits().subset(np.arange(5))):
+    options = jf.TrainingOptions(learn_rate_schedule=(jf.schedules.Warmup(num_steps=3),
+                                                      jf.schedules.Cosine(period=4)))
+    for value in (options, info, net, jf.data.digits().subset(np.arange(5))):
         arrays = {}
         tree = codec.encode_tree(value, arrays, what="test")
         back = codec.rebuild_tagged(codec.decode_tree(tree, arrays.__getitem__))
         assert type(back) is type(value)
+        if value is options:
+            assert back == options  # the schedules rebuilt as themselves
     assert back.images.shape == (5, 32, 32, 3)
     namesake = dataclasses.make_dataclass("TrainingInfo", [("loss", float)])
     namesake.__module__ = "jaxflowers.old_info"  # where a stale copy might live

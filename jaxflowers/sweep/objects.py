@@ -1,7 +1,8 @@
 """jaxflowers objects that may cross the process boundary of a sweep, without pickle.
 
-``TrainingOptions``, ``ExecutionOptions``, ``Augmentation`` and image sets (arguments), ``TrainedNet`` and
-``TrainingInfo`` (results) travel as their dataclass fields (the Flax modules of
+``TrainingOptions`` (with its learning-rate schedules), ``ExecutionOptions``,
+``Augmentation`` and image sets (arguments), ``TrainedNet`` and ``TrainingInfo`` (results)
+travel as their dataclass fields (the Flax modules of
 ``jaxflowers.models`` and dtypes are ``jaxflowers.plaintree``'s own). The classes are
 named by importing them (:func:`travelling_class`), and an object travels only if its
 class *is* one of them, so moving or renaming a class breaks an import the tests run
@@ -15,9 +16,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+# Learning-rate schedules (``jaxflowers.schedules``) that travel inside TrainingOptions.
+_SCHEDULES = ("Constant", "Piecewise", "Warmup", "Cosine", "Polynomial", "Exponential",
+              "Cyclical")
 # Tags of the dataclasses that travel; ``travelling_class(tag).__name__ == tag``.
 TAGS = ("TrainingOptions", "ExecutionOptions", "Augmentation", "ImageSet", "TrainedNet",
-        "TrainingInfo")
+        "TrainingInfo", *_SCHEDULES)
 
 
 def travelling_class(tag: str) -> type:
@@ -38,6 +42,10 @@ def travelling_class(tag: str) -> type:
         from jaxflowers.net import TrainedNet as cls
     elif tag == "TrainingInfo":
         from jaxflowers.info import TrainingInfo as cls
+    elif tag in _SCHEDULES:
+        from jaxflowers import schedules
+
+        cls = getattr(schedules, tag)
     else:
         raise ValueError(f"refusing to rebuild {tag!r}: not a jaxflowers class that may travel")
     return cls

@@ -1,0 +1,281 @@
+"""Learning-rate schedules (MATLAB's ``piecewiseLearnRate``, ``warmupLearnRate``, ...) as optax
+schedules.
+
+Each class holds MATLAB's parameters in snake case with MATLAB's defaults, validated on
+construction. ``TrainingOptions(learn_rate_schedule=...)`` takes one of them, MATLAB's name
+of one ("warmup", "cosine", ... : that schedule with its defaults), or a sequence of them,
+which run one after the other (MATLAB's cell array, e.g. ``("warmup", "cosine")``).
+
+Every schedule scales the base rate ``initial_learn_rate`` by a factor of ``k``, the number
+of its steps completed before the current iteration (0 at its first iteration). A step is an
+iteration, or an epoch when ``frequency_unit="epoch"`` (the rate then holds for the whole
+epoch). A schedule in a sequence counts from the iteration at which it takes over. "rest of
+training" lengths (``None``) run to the end of ``max_epochs``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+
+from jaxflowers.fields import check_choice, check_float, check_int
+
+UNITS = ("epoch", "iteration")
+NAMES = ("none", "piecewise", "warmup", "cosine", "polynomial", "exponential", "cyclical")
+
+
+class Schedule:
+    """A learning-rate schedule: ``factor(steps)`` multiplies the base rate."""
+
+    frequency_unit: str
+
+    def length(self, remaining: int) -> float:
+        """Steps it runs before the next schedule takes over (``math.inf``: to the end);
+        ``remaining`` is the number of steps left in training."""
+        return math.inf
+
+    def factor(self, remaining: int) -> Callable:
+        """The factor as an optax schedule of ``k`` (steps of this schedule completed)."""
+        raise NotImplementedError
+
+    def _check_unit(self) -> None:
+        check_choice(self, "frequency_unit", UNITS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Constant(Schedule):
+    """The base rate throughout ("none")."""
+
+    frequency_unit: str = "iteration"
+
+    def factor(self, remaining: int) -> Callable:
+        import optax
+
+        return optax.constant_schedule(1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Piecewise(Schedule):
+    """``piecewiseLearnRate``: factor ``drop_factor ** floor(k / period)``."""
+
+    drop_factor: float = 0.1  # in [0, 1]
+    period: int = 10  # steps between drops
+    frequency_unit: str = "epoch"
+
+    def __post_init__(self):
+        check_float(self, "drop_factor", low=0, high=1)
+        check_int(self, "period", minimum=1)
+        self._check_unit()
+
+    def factor(self, remaining: int) -> Callable:
+        import optax
+
+        drops = range(self.period, max(remaining, self.period + 1), self.period)
+        return optax.piecewise_constant_schedule(1.0, {k: self.drop_factor for k in drops})
+
+
+@dataclasses.dataclass(frozen=True)
+class Warmup(Schedule):
+    """``warmupLearnRate``: the factor goes linearly from ``initial_factor`` (k = 0) to
+    ``final_factor`` (k = ``num_steps``), then the next schedule takes over (or the rate
+    stays at ``final_factor``)."""
+
+    initial_factor: float = 0.0
+    final_factor: float = 1.0
+    num_steps: int = 5
+    frequency_unit: str = "iteration"
+
+    def __post_init__(self):
+        check_float(self, "initial_factor", low=0)
+        check_float(self, "final_factor", low=0)
+        check_int(self, "num_steps", minimum=1)
+        self._check_unit()
+
+    def length(self, remaining: int) -> float:
+        return self.num_steps
+
+    def factor(self, remaining: int) -> Callable:
+        import optax
+
+        return optax.linear_schedule(self.initial_factor, self.final_factor, self.num_steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class Polynomial(Schedule):
+    """``polynomialLearnRate``: factor ``final + (initial - final) * (1 - k / N) ** power``
+    with ``N = num_steps`` (None: the rest of training), ``final_factor`` from k = N on."""
+
+    initial_factor: float = 1.0
+    final_factor: float = 0.0
+    power: float = 1.0
+    num_steps: int | None = None  # None: to the end of training
+    frequency_unit: str = "epoch"
+
+    def __post_init__(self):
+        check_float(self, "initial_factor", low=0)
+        check_float(self, "final_factor", low=0)
+        check_float(self, "power", low=0, low_open=True)
+        check_int(self, "num_steps", minimum=1, optional=True)
+        self._check_unit()
+
+    def length(self, remaining: int) -> float:
+        return math.inf if self.num_steps is None else self.num_steps
+
+    def factor(self, remaining: int) -> Callable:
+        import optax
+
+        steps = self.num_steps or max(remaining, 1)
+        return optax.polynomial_schedule(self.initial_factor, self.final_factor, self.power,
+                                         steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cosine(Schedule):
+    """``cosineLearnRate``: factor ``final + (initial - final) * (1 + cos(pi * k / P)) / 2``
+    over a period of ``P`` steps (None: the rest of training), restarting after each period
+    with the next period ``period_growth_factor`` times longer (warm restarts; inf: none,
+    ``final_factor`` after the first period)."""
+
+    initial_factor: float = 1.0
+    final_factor: float = 0.0
+    period: int | None = None  # None: one period to the end of training
+    period_growth_factor: float = 1.0
+    frequency_unit: str = "epoch"
+
+    def __post_init__(self):
+        check_float(self, "initial_factor", low=0, low_open=True)
+        check_float(self, "final_factor", low=0)
+        check_int(self, "period", minimum=1, optional=True)
+        growth = self.period_growth_factor
+        if isinstance(growth, bool) or not isinstance(growth, (int, float)) or not growth >= 1:
+            raise ValueError(f"period_growth_factor={growth!r} must be a number >= 1 (inf: "
+                             "no restart)")
+        self._check_unit()
+
+    def factor(self, remaining: int) -> Callable:
+        import optax
+
+        period = self.period or max(remaining, 1)
+        pieces, boundaries, start = [], [], 0
+        while True:  # the periods that fit in training (at least one)
+            pieces.append(optax.cosine_decay_schedule(
+                self.initial_factor, period, alpha=self.final_factor / self.initial_factor))
+            start += period
+            period = period * self.period_growth_factor
+            if start >= remaining or math.isinf(period):
+                break
+            boundaries.append(start)
+            period = max(1, round(period))
+        return optax.join_schedules(pieces, boundaries) if boundaries else pieces[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Exponential(Schedule):
+    """``exponentialLearnRate``: factor ``drop_factor ** (k / period)``: by ``drop_factor``
+    every ``period`` steps, a little at every step."""
+
+    drop_factor: float = 0.1  # in (0, 1)
+    period: int = 1
+    frequency_unit: str = "epoch"
+
+    def __post_init__(self):
+        check_float(self, "drop_factor", low=0, high=1, low_open=True, high_open=True)
+        check_int(self, "period", minimum=1)
+        self._check_unit()
+
+    def factor(self, remaining: int) -> Callable:
+        import optax
+
+        return optax.exponential_decay(1.0, self.period, self.drop_factor)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cyclical(Schedule):
+    """``cyclicalLearnRate``: within each period of ``P`` steps the factor rises linearly
+    from 1 to ``max_factor`` over the first ``step_ratio * P`` steps and falls back to 1
+    over the rest (k mod P is the position in the cycle)."""
+
+    max_factor: float = 5.0
+    period: int = 10
+    step_ratio: float = 0.25  # in (0, 1)
+    frequency_unit: str = "epoch"
+
+    def __post_init__(self):
+        check_float(self, "max_factor", low=0, low_open=True)
+        check_int(self, "period", minimum=1)
+        check_float(self, "step_ratio", low=0, high=1, low_open=True, high_open=True)
+        self._check_unit()
+
+    def factor(self, remaining: int) -> Callable:
+        import jax.numpy as jnp
+
+        knots = np.asarray([0.0, self.step_ratio * self.period, self.period], np.float32)
+        values = np.asarray([1.0, self.max_factor, 1.0], np.float32)
+        return lambda k: jnp.interp(jnp.mod(k, self.period).astype(jnp.float32), knots, values)
+
+
+_DEFAULTS = {"none": Constant, "warmup": Warmup, "cosine": Cosine,
+             "polynomial": Polynomial, "exponential": Exponential, "cyclical": Cyclical}
+
+
+def parts(spec, piecewise: Piecewise) -> tuple[Schedule, ...]:
+    """The schedules a ``learn_rate_schedule`` value names, in order ("piecewise" is
+    ``piecewise``, built from the options' drop factor and period)."""
+    items = spec if isinstance(spec, (tuple, list)) else (spec,)
+    return tuple(piecewise if item == "piecewise" else _DEFAULTS[item]()
+                 if isinstance(item, str) else item for item in items)
+
+
+def check(spec) -> None:
+    """Raise ``ValueError`` unless ``spec`` is a name in ``NAMES``, a ``Schedule``, or a
+    non-empty sequence of those in which only the last one runs to the end of training."""
+    items = spec if isinstance(spec, (tuple, list)) else (spec,)
+    allowed = (f"use one of {', '.join(NAMES)}, a jaxflowers.schedules object or a sequence "
+               "of them")
+    if not items:
+        raise ValueError(f"learn_rate_schedule={spec!r} is empty; {allowed}")
+    for item in items:
+        if not (item in NAMES if isinstance(item, str) else isinstance(item, Schedule)):
+            raise ValueError(f"learn_rate_schedule={spec!r}: {item!r} is not allowed; {allowed}")
+    for item in items[:-1]:
+        if parts(item, Piecewise())[0].length(1) == math.inf:
+            raise ValueError(f"learn_rate_schedule={spec!r}: {item!r} runs to the end of "
+                             "training, so what follows it would never run; put it last")
+
+
+def spans_training(spec) -> bool:
+    """Whether the schedule's shape depends on ``max_epochs`` (a "rest of training" length)."""
+    return any(getattr(part, name, 0) is None for part in parts(spec, Piecewise())
+               for name in ("num_steps", "period"))
+
+
+def to_optax(spec, base: float, steps_per_epoch: int, total: int,
+             piecewise: Piecewise) -> Callable:
+    """The learning rate as an optax schedule of the 0-based iteration.
+
+    Args:
+      spec: a ``learn_rate_schedule`` value (checked by :func:`check`).
+      base: the base learning rate.
+      steps_per_epoch: iterations per epoch (converts epoch steps to iterations).
+      total: iterations in the whole training.
+      piecewise: what "piecewise" stands for.
+    """
+    import optax
+
+    pieces, boundaries, start = [], [], 0
+    for part in parts(spec, piecewise):
+        per_step = steps_per_epoch if part.frequency_unit == "epoch" else 1
+        remaining = max(-(-(total - start) // per_step), 1)
+        pieces.append(_in_iterations(part.factor(remaining), per_step, base))
+        start += part.length(remaining) * per_step
+        boundaries.append(start)
+    return optax.join_schedules(pieces, boundaries[:-1]) if len(pieces) > 1 else pieces[0]
+
+
+def _in_iterations(factor: Callable, per_step: int, base: float) -> Callable:
+    """``base * factor(k)`` with ``k`` the completed steps of ``per_step`` iterations."""
+    if per_step == 1:
+        return lambda count: base * factor(count)
+    return lambda count: base * factor(count // per_step)
