@@ -238,7 +238,7 @@ class TrainProgram:
     def state_from_tree(self, tree: dict) -> TrainState:
         """A host ``TrainState`` in this program's layout from a tree-form state."""
         tree = jax.tree.map(np.asarray, tree)
-        params, opt_state = tree["params"], tree["opt_state"]
+        params, opt_state, batch_stats = tree["params"], tree["opt_state"], tree["batch_stats"]
         if self.layout is not None:
             # The flat solver state holds one vector where the tree form holds a parameter
             # tree: cut the tree form at the flat state's leaves and ravel those subtrees.
@@ -250,8 +250,8 @@ class TrainProgram:
                 ravel(part) if self.layout.is_vector(shape) else np.asarray(part)
                 for part, shape in zip(treedef.flatten_up_to(opt_state),
                                        jax.tree.leaves(flat_opt))])
-            params = ravel(params)
-        return TrainState(step=tree["step"], params=params, batch_stats=tree["batch_stats"],
+            params, batch_stats = ravel(params), self.layout.stats_stored(batch_stats, np)
+        return TrainState(step=tree["step"], params=params, batch_stats=batch_stats,
                           opt_state=opt_state, key=tree["key"], halted=tree["halted"])
 
     def _copy_variables(self, stored: dict) -> dict:
@@ -284,12 +284,12 @@ class TrainProgram:
 
     def _tree_state(self, state: TrainState) -> dict:
         """Per device: ``state`` as a dict in tree form (copies, never the inputs)."""
-        params, opt_state = state.params, state.opt_state
+        params, opt_state, batch_stats = state.params, state.opt_state, state.batch_stats
         if self.layout is not None:
-            params = self.layout.unravel(params)
+            params, batch_stats = self.layout.unravel(params), self.layout.stats_tree(batch_stats)
             opt_state = jax.tree.map(lambda leaf: self.layout.unravel(leaf)
                                      if self.layout.is_vector(leaf) else jnp.copy(leaf), opt_state)
-        tree = {"step": state.step, "params": params, "batch_stats": state.batch_stats,
+        tree = {"step": state.step, "params": params, "batch_stats": batch_stats,
                 "opt_state": opt_state, "key": state.key, "halted": state.halted}
         return jax.tree.map(jnp.copy, tree)
 

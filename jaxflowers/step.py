@@ -45,14 +45,19 @@ class FlatParams:
     treedef: Any
     shapes: tuple[tuple[int, ...], ...]
     offsets: tuple[int, ...]  # len(shapes) + 1 offsets; the last is the vector's length
+    # The batch-norm statistics' own layout when they are kept as one vector too (then the
+    # step averages and selects them as one array, not one small kernel per layer), or None.
+    stats: "FlatParams | None" = None
 
     @classmethod
-    def of(cls, tree) -> "FlatParams":
-        """The layout of a pytree of arrays or ``jax.ShapeDtypeStruct``s."""
+    def of(cls, tree, stats=None) -> "FlatParams":
+        """The layout of a pytree of arrays or ``jax.ShapeDtypeStruct``s; ``stats``: the
+        batch-norm statistics' tree, to keep as one vector as well (None or empty: not)."""
         leaves, treedef = jax.tree.flatten(tree)
         shapes = tuple(tuple(leaf.shape) for leaf in leaves)
         sizes = [int(np.prod(shape)) for shape in shapes]
-        return cls(treedef, shapes, tuple(np.cumsum([0] + sizes).tolist()))
+        inner = cls.of(stats) if stats is not None and jax.tree.leaves(stats) else None
+        return cls(treedef, shapes, tuple(np.cumsum([0] + sizes).tolist()), inner)
 
     def ravel(self, tree, xp=jnp):
         """The tree's leaves, raveled and concatenated as float32; ``xp``: ``jax.numpy``
@@ -61,9 +66,21 @@ class FlatParams:
                                for leaf in jax.tree.leaves(tree)])
 
     def unpack(self, variables: dict) -> dict:
-        """``variables`` with their parameter vector unravelled into the tree (numpy, or
-        inside a jitted function: unravelling eagerly would compile one slice per leaf)."""
-        return {**variables, "params": self.unravel(variables["params"])}
+        """``variables`` with their parameter (and statistics) vectors unravelled into trees
+        (numpy, or inside a jitted function: unravelling eagerly would compile one slice per
+        leaf)."""
+        unpacked = {**variables, "params": self.unravel(variables["params"])}
+        if self.stats is not None:
+            unpacked["batch_stats"] = self.stats.unravel(variables["batch_stats"])
+        return unpacked
+
+    def stats_tree(self, batch_stats):
+        """The batch-norm statistics as the model's tree, whichever way they are stored."""
+        return batch_stats if self.stats is None else self.stats.unravel(batch_stats)
+
+    def stats_stored(self, tree, xp=jnp):
+        """The batch-norm statistics' tree as this layout stores them."""
+        return tree if self.stats is None else self.stats.ravel(tree, xp)
 
     def unravel(self, flat):
         """The tree back from a vector (jax or numpy), leaf ``i`` a reshaped slice; leading
@@ -144,12 +161,14 @@ def init_program(model, tx, image_shape, seed: int, flat: FlatParams | bool | No
         # than with JAX's generators. Deterministic for a seed on any backend and device count.
         variables = model.init(init_rng.key(seed), jnp.zeros((1, *image_shape), jnp.float32),
                                train=False)
-        layout = flat
+        layout, batch_stats = flat, variables.get("batch_stats", {})
         if flat is True:
-            layout = _init.flat = FlatParams.of(variables["params"])
-        params = variables["params"] if layout is None else layout.ravel(variables["params"])
+            layout = _init.flat = FlatParams.of(variables["params"], batch_stats)
+        params = variables["params"]
+        if layout is not None:
+            params, batch_stats = layout.ravel(params), layout.stats_stored(batch_stats)
         return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                          batch_stats=variables.get("batch_stats", {}),
+                          batch_stats=batch_stats,
                           opt_state=tx.init(params), key=data_key,
                           halted=jnp.zeros((), jnp.int32))
 
@@ -176,9 +195,11 @@ def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
         images = cfg.augmentation(images, sample_keys(state, images.shape[0]))
     x = normalize(images, stats[0], stats[1], cfg.dtype)
 
+    stats_tree = state.batch_stats if cfg.flat is None else cfg.flat.stats_tree(state.batch_stats)
+
     def loss_fn(params):
         logits, updates = cfg.model.apply(
-            {"params": params, "batch_stats": state.batch_stats}, x, train=True,
+            {"params": params, "batch_stats": stats_tree}, x, train=True,
             mutable=["batch_stats"])
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
         return loss, (logits, updates["batch_stats"])
@@ -187,6 +208,7 @@ def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
     (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     if cfg.flat is not None:
         grads = cfg.flat.ravel(grads)  # gradients per leaf, then one vector
+        batch_stats = cfg.flat.stats_stored(batch_stats)
     # The one gradient all-reduce: the mean of per-device gradients is the gradient of the
     # global-batch loss (equal per-device batches). shard_map runs with check_vma=False, so
     # nothing was summed implicitly before this.

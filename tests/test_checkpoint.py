@@ -183,3 +183,18 @@ def test_ctrl_c_stops_at_a_block_boundary_returns_results_and_checkpoints(tmp_pa
     train, _ = _data()
     _, info = jf.train(train, _model(), _options(), resume=checkpoint)
     assert len(info.loss) == 3 * EPOCH
+
+
+def test_a_checkpoint_of_the_one_vector_layout_resumes_in_the_tree_layout(tmp_path):
+    """GPUs update the parameters (and batch-norm statistics) as one vector; checkpoints
+    hold the model's tree, so a run can continue in either layout."""
+    train, _ = _data()
+    recipe = dict(solver="sgdm", initial_learn_rate=0.05, max_epochs=2)
+    tree, flat = (jf.ExecutionOptions(parameter_layout=layout) for layout in ("tree", "flat"))
+    net_ref, info_ref = jf.train(train, _model(), _options(**recipe), execution=tree)
+    jf.train(train, _model(), _options(tmp_path, **dict(recipe, max_epochs=1)), execution=flat)
+    net, info = jf.train(train, _model(), _options(**recipe), resume=tmp_path, execution=tree)
+    assert jax.tree.structure(net.variables) == jax.tree.structure(net_ref.variables)
+    for a, b in zip(jax.tree.leaves(net.variables), jax.tree.leaves(net_ref.variables)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(info.loss, info_ref.loss, rtol=1e-5)
