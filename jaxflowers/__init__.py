@@ -16,9 +16,9 @@ from jaxflowers.lazy import lazy_names
 _EXPORTS = {
     "TrainingOptions": "jaxflowers.options", "scale_for_devices": "jaxflowers.options",
     "ExecutionOptions": "jaxflowers.execution",
-    "Labels": "jaxflowers.predict", "accuracy": "jaxflowers.predict",
-    "classify": "jaxflowers.predict", "confusion_matrix": "jaxflowers.predict",
-    "predict": "jaxflowers.predict", "scores_to_labels": "jaxflowers.predict",
+    "Labels": "jaxflowers.labels", "accuracy": "jaxflowers.labels",
+    "classify": "jaxflowers.predict", "confusion_matrix": "jaxflowers.labels",
+    "predict": "jaxflowers.predict", "scores_to_labels": "jaxflowers.labels",
     "TrainingInfo": "jaxflowers.info", "TrainedNet": "jaxflowers.net",
     "train": "jaxflowers.train", "enable_compilation_cache": "jaxflowers.compile_cache",
     "load": "jaxflowers.net",

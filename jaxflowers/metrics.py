@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxflowers.predict import log_softmax
+from jaxflowers.labels import log_softmax
 
 # Whether a larger value is better, per objective.
 MAXIMISED = {"loss": False, "accuracy": True, "fscore": True, "precision": True,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jaxflowers.figures import BLUE, RED, pyplot
+from jaxflowers.labels import confusion_matrix
 from jaxflowers.live import SweepProgressPlot, sweep_progress
 from jaxflowers.progress_plot import TrainingProgressPlot, training_progress
 
@@ -20,20 +21,6 @@ __all__ = ["ConfusionChart", "SweepProgressPlot", "TrainingProgressPlot", "confu
            "speedup", "speedup_table", "sweep_progress", "training_progress"]
 
 _DIVISOR = {"row-normalized": 1, "column-normalized": 0}
-
-
-def _label_indices(labels, class_names: list[str], what: str) -> np.ndarray:
-    labels = np.asarray(labels).reshape(-1)
-    if labels.dtype.kind in "iu":
-        bad = labels[(labels < 0) | (labels >= len(class_names))].tolist()
-    else:
-        lookup = {str(name): i for i, name in enumerate(class_names)}
-        bad = [str(v) for v in labels if str(v) not in lookup]
-        labels = np.array([lookup.get(str(v), -1) for v in labels], dtype=np.int64)
-    if len(bad):
-        raise ValueError(f"confusion_chart: {what} contains {bad[0]!r}, which is not one of "
-                         f"the {len(class_names)} classes {list(class_names)!r}")
-    return labels.astype(np.int64)
 
 
 def _percent(part: np.ndarray, whole) -> np.ndarray:
@@ -100,17 +87,6 @@ class ConfusionChart:
 _MODES = ("off", "absolute", "row-normalized", "column-normalized", "total-normalized")
 
 
-def _count(true_labels, pred_labels, names: list[str]) -> np.ndarray:
-    """(K, K) int64 confusion counts; rows are true classes, columns predicted ones."""
-    t = _label_indices(true_labels, names, "true_labels")
-    p = _label_indices(pred_labels, names, "pred_labels")
-    if t.shape != p.shape:
-        raise ValueError(f"confusion_chart: {t.size} true labels but {p.size} predictions")
-    counts = np.zeros((len(names), len(names)), np.int64)
-    np.add.at(counts, (t, p), 1)
-    return counts
-
-
 def _check_mode(name: str, value, allowed: tuple) -> str | None:
     value = "off" if value is None else value
     if value not in allowed:
@@ -140,7 +116,8 @@ def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-n
       A ``ConfusionChart`` with ``.figure``, ``.matrix`` (counts) and the summaries.
     """
     names = [str(c) for c in class_names]
-    k, counts = len(names), _count(true_labels, pred_labels, names)
+    k, counts = len(names), confusion_matrix(true_labels, pred_labels, names,
+                                              caller="confusion_chart")
     normalization = _check_mode("normalization", normalization, _MODES[1:])
     rows = _check_mode("row_summary", row_summary, _MODES[:3] + _MODES[4:])
     cols = _check_mode("column_summary", column_summary, _MODES[:2] + _MODES[3:])

@@ -235,7 +235,7 @@ def _evaluate(net, test_codes, plan, depth: int, stream: TextIO) -> tuple[dict, 
     """Score the classes the best job predicted (``test_codes``) for the plan's test set;
     prints the test accuracy. Returns (facts for the JSON summary, a function saving the
     confusion chart to a path)."""
-    from jaxflowers.predict import Labels, accuracy
+    from jaxflowers.labels import Labels, accuracy
 
     test_set = load_sets(plan)[2] if "source" in plan else load_data(plan["test"])[0]
     predicted = Labels(test_codes, net.class_names)
