@@ -120,7 +120,7 @@ def restore(path: str | os.PathLike, tree_shapes, options: TrainingOptions, data
         saved = meta.record
         _check_fits(saved, options, data, folder / str(step))
         restored = manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(tree_shapes)))
+            state=ocp.args.StandardRestore(_on_one_local_device(tree_shapes))))
     except CheckpointError:
         raise
     except Exception as error:  # orbax raises many types for a corrupt or foreign folder
@@ -185,6 +185,21 @@ def _data_record(data) -> dict:
 
     return {"images": len(data), "image_shape": list(image_shape(data)),
             "class_names": [str(c) for c in data.class_names]}
+
+
+def _on_one_local_device(tree_shapes):
+    """The shapes, each placed whole on one device of this process: a checkpoint written on
+    other devices (another count, other processes) is read back into every process's own
+    memory, whatever topology wrote it."""
+    import jax
+
+    try:
+        device = jax.local_devices(backend="cpu")[0]  # host memory: the state goes there next
+    except RuntimeError:  # no CPU backend (JAX_PLATFORMS without "cpu")
+        device = jax.local_devices()[0]
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
+                        tree_shapes)
 
 
 def _to_host(tree):

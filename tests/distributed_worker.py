@@ -37,16 +37,22 @@ def _tiny_resnet():
                             num_classes=3, num_filters=4)
 
 
-def train_tiny(placement="resident", max_epochs=1, output_fn=None, verbose=True):
-    """``(net, info)`` of the tiny ResNet, sync batch norm, on every device of every process."""
-    opts = jf.TrainingOptions(
+def tiny_options(max_epochs=1, output_fn=None, verbose=True, checkpoints=None):
+    """The tiny run's options; ``checkpoints``: a folder to checkpoint into every iteration."""
+    return jf.TrainingOptions(
         solver="adam", initial_learn_rate=0.05, mini_batch_size=BATCH, max_epochs=max_epochs,
         shuffle="every-epoch", verbose=verbose, verbose_frequency=1, seed=3,
-        output_fn=output_fn,
+        output_fn=output_fn, checkpoint_path=checkpoints, checkpoint_frequency_unit="iteration",
         augmentation=jf.data.Augmentation(reflect_x=True, translate_x=(-3, 3),
                                            translate_y=(-3, 3)))
+
+
+def train_tiny(placement="resident", max_epochs=1, output_fn=None, verbose=True,
+               checkpoints=None, resume=None):
+    """``(net, info)`` of the tiny ResNet, sync batch norm, on every device of every process."""
+    opts = tiny_options(max_epochs, output_fn, verbose, checkpoints)
     execution = jf.ExecutionOptions(sync_batch_norm=True, data_placement=placement)
-    return jf.train(_data(), _tiny_resnet(), opts, execution=execution)
+    return jf.train(_data(), _tiny_resnet(), opts, execution=execution, resume=resume)
 
 
 def train_stopped():
@@ -80,7 +86,8 @@ def _refusal(fn) -> str:
 def _train_task(out: pathlib.Path, second_call_error: str) -> None:
     pmap_error = _refusal(lambda: parallel.DataParallel(jax.devices(), "pmap"))
     t0 = time.perf_counter()
-    net, info = train_tiny("resident")
+    # Checkpointed every iteration: every process takes part in each orbax save.
+    net, info = train_tiny("resident", checkpoints=str(out / "checkpoints"))
     scores = predict_ragged(net)
     net_s, info_s = train_stopped()
     arrays = {f"resident{k}": v for k, v in _flat(net.variables).items()}
@@ -88,7 +95,8 @@ def _train_task(out: pathlib.Path, second_call_error: str) -> None:
     np.savez(out / f"process{jax.process_index()}.npz", **arrays, loss=info.loss,
              stream_loss=info_s.loss, stream_stopped=info_s.stopped_early, scores=scores, num_devices=info.num_devices,
              step_time=info.train_time / len(info.loss), wall=time.perf_counter() - t0,
-             second_call_error=second_call_error, pmap_error=pmap_error)
+             second_call_error=second_call_error, pmap_error=pmap_error,
+             checkpoint=str(info.checkpoint))
 
 
 def _forever_task() -> None:

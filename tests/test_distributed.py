@@ -110,6 +110,20 @@ def test_two_processes_train_the_numbers_of_one(two_processes, one_process, proc
 
 
 @pytest.mark.slow
+def test_two_processes_write_checkpoints_that_one_process_resumes(two_processes):
+    """The checkpoint the two processes wrote together (orbax, every process taking part)
+    is complete, and one process continuing from it gets the two processes' network."""
+    results, _ = two_processes
+    checkpoint = pathlib.Path(str(results[0]["checkpoint"]))
+    assert str(results[1]["checkpoint"]) == str(checkpoint) and checkpoint.name == "3"
+    assert sorted(p.name for p in checkpoint.parent.iterdir()) == ["1", "2", "3"]
+    net, info = worker.train_tiny("resident", verbose=False, resume=checkpoint)
+    assert len(info.loss) == 3  # nothing left to train: the history is the checkpoint's
+    np.testing.assert_allclose(info.loss, results[0]["loss"], rtol=0)
+    _assert_close(results[0], "resident", net.variables, rtol=1e-6)
+
+
+@pytest.mark.slow
 def test_prediction_over_processes_scores_every_sample_once(two_processes, one_process):
     results, _ = two_processes
     scores = [r["scores"] for r in results]
