@@ -21,7 +21,10 @@ NUM_PROCESSES_ENV = "JAXFLOWERS_NUM_PROCESSES"
 PROCESS_ID_ENV = "JAXFLOWERS_PROCESS_ID"
 GLOO_OUTPUT_ENV = "JAXFLOWERS_GLOO_OUTPUT"  # "show" keeps Gloo's "[Gloo] Rank ..." lines
 DEFAULT_INIT_TIMEOUT = 120  # seconds every process waits for all the others to join
-_GLOO_LINE = re.compile(rb"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks")
+# Gloo's whole message with its newline, wherever it lands: with unbuffered Python output,
+# print() writes the text and its newline separately, and Gloo's line (written from C++ by
+# another thread) can fall between the two.
+_GLOO_MESSAGE = re.compile(rb"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\.[^\n]*(?:\n|$)")
 
 
 class DistributedError(RuntimeError):
@@ -170,12 +173,18 @@ def _quiet_gloo() -> None:
     os.close(write_end)
 
 
+def _without_gloo(line: bytes) -> bytes:
+    """``line`` without Gloo's connection messages (the whole message and its newline)."""
+    return _GLOO_MESSAGE.sub(b"", line)
+
+
 def _filter_gloo() -> None:
-    """Copy stdin to stdout line by line without Gloo's connection lines (the filter)."""
+    """Copy stdin to stdout line by line without Gloo's connection messages (the filter)."""
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
-        if not _GLOO_LINE.match(line):
-            out.write(line)
+        kept = _without_gloo(line)
+        if kept:
+            out.write(kept)
             out.flush()
 
 
