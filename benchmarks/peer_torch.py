@@ -1,18 +1,22 @@
 """The PyTorch peer of ``python -m jaxflowers.bench``: torchvision's ResNet-50, same job.
 
-    python benchmarks/peer_torch.py [--modes eager compile ddp ddp-compile] [--batch 64]
+    python benchmarks/peer_torch.py [--modes eager compile compile-max-autotune ddp ...]
+        [--batch 128] [--solver adam|sgd] [--data augment|fixed]
         [--precision auto|float32|bfloat16] [--json peer_torch.json]
     python benchmarks/peer_torch.py --device cpu --batch 4 --steps 2 --image-size 64  # smoke
 
 What runs: ``torchvision.models.resnet50(num_classes=5)`` in channels_last, bfloat16
 autocast on GPU (``--precision``; float32 on CPU by default, as jaxflowers' "auto"), SGD
-with momentum 0.9 and weight decay 1e-4 (or Adam). The synthetic uint8 set (3,670 images
-at 224x224) lives on the device; every step gathers a random batch there (indices drawn
-with replacement) and augments it there with torch ops (random left-right flip, +-30 px
-translation in x and y with zero fill: jaxflowers' Augmentation), then normalises.
-Modes: ``eager``, ``compile`` (``torch.compile`` of the model), ``ddp`` and
-``ddp-compile`` (DistributedDataParallel on ``--ddp-gpus`` GPUs, spawned with
-torch.multiprocessing, no torchrun; NCCL with NCCL_NVLS_ENABLE=0, gloo on CPU).
+Adam (or SGD with momentum 0.9), weight decay 1e-4. The synthetic uint8 set (3,670
+images at 224x224) lives on the device; every step gathers a random batch there (indices
+drawn with replacement) and augments it there with torch ops (random left-right flip,
++-30 px translation in x and y with zero fill: jaxflowers' Augmentation), then
+normalises; ``--data fixed`` trains on one fixed batch instead, as
+``peer_torch_plain.py`` does, to tell the data's cost from the network's.
+Modes: ``eager``, ``compile`` and ``compile-max-autotune`` (``torch.compile`` of the
+model, default mode or "max-autotune"), and the same three on DistributedDataParallel
+(``ddp``, ``ddp-compile``, ``ddp-compile-max-autotune``) on ``--ddp-gpus`` GPUs, spawned
+with torch.multiprocessing, no torchrun; NCCL with NCCL_NVLS_ENABLE=0, gloo on CPU.
 ``--batch`` is per device, so DDP is weak scaling.
 
 Timing, as the jaxflowers bench: ``--steps`` warm-up iterations first (torch.compile and
@@ -43,8 +47,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-MODES = {"eager": (False, False), "compile": (True, False), "ddp": (False, True),
-         "ddp-compile": (True, True)}  # mode -> (torch.compile, DDP)
+# mode -> (torch.compile's mode, or None for eager; DDP)
+MODES = {"eager": (None, False), "compile": ("default", False),
+         "compile-max-autotune": ("max-autotune", False), "ddp": (None, True),
+         "ddp-compile": ("default", True), "ddp-compile-max-autotune": ("max-autotune", True)}
 # Per-channel mean and std of uint8 uniform noise: what jaxflowers' channel_stats finds.
 MEAN, STD = 127.5, 73.9
 
@@ -62,6 +68,7 @@ class Config:
     max_shift: int  # translation range, pixels, both directions
     precision: str  # "float32" or "bfloat16" (resolved)
     solver: str  # "sgd" or "adam"
+    data: str  # "augment" (a gathered, augmented batch each step) or "fixed" (one batch)
     steps: int  # iterations per window (and of the warm-up)
     windows: int
     seed: int
@@ -129,12 +136,17 @@ def make_step(model, cfg: Config, data):
     autocast = torch.autocast(cfg.device, dtype=torch.bfloat16,
                               enabled=cfg.precision == "bfloat16")
 
-    def step():
+    def batch():
         idx = torch.randint(0, cfg.num_images, (cfg.batch,), device=images.device, generator=gen)
         x = augment(images[idx], cfg.max_shift, gen).permute(0, 3, 1, 2)  # NCHW view of NHWC
-        x = ((x.float() - MEAN) / STD).contiguous(memory_format=torch.channels_last)
+        return ((x.float() - MEAN) / STD).contiguous(memory_format=torch.channels_last), labels[idx]
+
+    fixed = batch() if cfg.data == "fixed" else None
+
+    def step():
+        x, y = fixed or batch()
         with autocast:
-            loss = F.cross_entropy(model(x), labels[idx])
+            loss = F.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -172,21 +184,29 @@ def time_windows(step, cfg: Config, *, distributed: bool = False) -> dict:
 
 def record(cfg: Config, mode: str, world: int, timing: dict) -> dict:
     """A bench record (the keys ``jaxflowers.plots.speedup`` reads, and the raw numbers)."""
-    compiled = MODES[mode][0]
-    return {"framework": "torch", "model": cfg.model,
-            "mode": mode, "strategy": "torch-compile" if compiled else "torch-eager",
+    strategy = {None: "torch-eager", "default": "torch-compile",
+                "max-autotune": "torch-compile-max-autotune"}[MODES[mode][0]]
+    return {"framework": "torch", "model": cfg.model, "mode": mode, "strategy": strategy,
             "scaling": "weak", "devices": world, "per_device_batch": cfg.batch,
             "global_batch": cfg.batch * world, "image_size": cfg.image_size,
             "num_images": cfg.num_images, "precision": cfg.precision, "solver": cfg.solver,
+            "data": cfg.data, "compile_mode": MODES[mode][0],
             "window_steps": cfg.steps, **timing,
             "images_per_s": world * cfg.batch * cfg.steps / statistics.median(timing["windows_s"])}
+
+
+def compiled(model, mode: str):
+    """``model`` through ``torch.compile`` in the mode's compile mode (as is for eager)."""
+    compile_mode = MODES[mode][0]
+    if compile_mode is None:
+        return model
+    return torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
 
 
 def run_single(cfg: Config, mode: str) -> dict:
     """``eager`` or ``compile`` on one device."""
     model = build_model(cfg)
-    if MODES[mode][0]:
-        model = torch.compile(model)
+    model = compiled(model, mode)
     step = make_step(model, cfg, synthetic(cfg, cfg.device))
     return record(cfg, mode, 1, time_windows(step, cfg))
 
@@ -206,8 +226,7 @@ def _ddp_rank(rank: int, world: int, cfg: Config, mode: str, port: int, result: 
             torch.cuda.set_device(rank)
         model = build_model(dataclasses.replace(cfg, device=device))
         model = DDP(model, device_ids=[rank] if cfg.device == "cuda" else None)
-        if MODES[mode][0]:
-            model = torch.compile(model)
+        model = compiled(model, mode)
         local = dataclasses.replace(cfg, seed=cfg.seed + rank)  # each rank its own batches
         step = make_step(model, local, synthetic(cfg, device))  # the same set on every rank
         timing = time_windows(step, cfg, distributed=True)
@@ -245,10 +264,10 @@ def environment(device: str) -> dict:
 
 
 def default_modes(device: str, ddp_gpus: int) -> list[str]:
-    """eager and compile; DDP as well where there are ``ddp_gpus`` GPUs."""
-    modes = ["eager", "compile"] if device == "cuda" else ["eager"]
+    """eager and both compile modes; on DDP as well where there are ``ddp_gpus`` GPUs."""
+    modes = ["eager", "compile", "compile-max-autotune"] if device == "cuda" else ["eager"]
     if device == "cuda" and torch.cuda.device_count() >= ddp_gpus:
-        modes += ["ddp", "ddp-compile"]
+        modes += ["ddp", "ddp-compile", "ddp-compile-max-autotune"]
     return modes
 
 
@@ -267,13 +286,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     p.add_argument("--modes", nargs="+", choices=tuple(MODES), help="default: all that fit")
     p.add_argument("--model", default="resnet50", choices=("resnet50", "tiny"))
-    p.add_argument("--batch", type=int, default=64, help="per device")
+    p.add_argument("--batch", type=int, default=128, help="per device")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=5)
     p.add_argument("--num-images", type=int, default=3670)
     p.add_argument("--max-shift", type=int, default=30)
     p.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"))
-    p.add_argument("--solver", default="sgd", choices=("sgd", "adam"))
+    p.add_argument("--solver", default="adam", choices=("sgd", "adam"))
+    p.add_argument("--data", default="augment", choices=("augment", "fixed"))
     p.add_argument("--steps", type=int, default=20, help="iterations per window and warm-up")
     p.add_argument("--windows", type=int, default=5)
     p.add_argument("--ddp-gpus", type=int, default=2)
@@ -291,7 +311,7 @@ def main(argv=None) -> int:
     torch.backends.cudnn.benchmark = True  # autotuned in the warm-up, outside the windows
     cfg = Config(device, args.model, args.batch, args.image_size, args.num_classes,
                  max(args.num_images, args.batch), args.max_shift, precision, args.solver,
-                 args.steps, args.windows, args.seed)
+                 args.data, args.steps, args.windows, args.seed)
     skipped = torchvision_problem() if cfg.model == "resnet50" else None
     if skipped:
         print(f"peer_torch: skipping ResNet-50: {skipped}", file=sys.stderr)

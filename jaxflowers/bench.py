@@ -99,6 +99,7 @@ class BenchSettings:
     per_device_batch: int | None = None  # None: 64 for resnet50, 128 for cifar_net
     global_batch: int | None = None  # strong scaling; None: per-device x largest count
     precision: str = "auto"  # "auto": bfloat16 on GPU, float32 on CPU
+    solver: str = "adam"  # "adam" (the Flowers example's) or "sgdm"; the torch peer uses the same
     windows: int = 5  # timed windows per configuration (after one warm-up window)
     window_steps: int | None = None  # iterations per window; None: 20 resnet50, 256 cifar
     num_images: int | None = None  # synthetic set size; None: the model's default
@@ -185,11 +186,11 @@ def measure(data, model, options: TrainingOptions, *, window_steps: int, windows
 
 def config_options(spec: BenchModel, settings: BenchSettings, *, strategy: str,
                    scaling: str, devices: int, largest: int) -> TrainingOptions:
-    """SGDM options for one configuration; weak scaling via ``scale_for_devices``."""
+    """Options for one configuration; weak scaling via ``scale_for_devices``."""
     per_device = settings.per_device_batch or spec.per_device_batch
-    base = TrainingOptions(solver="sgdm", mini_batch_size=per_device, shuffle="every-epoch",
-                           augmentation=spec.augmentation, seed=settings.seed,
-                           verbose=False)
+    base = TrainingOptions(solver=settings.solver, mini_batch_size=per_device,
+                           shuffle="every-epoch", augmentation=spec.augmentation,
+                           seed=settings.seed, verbose=False)
     if scaling == "weak":  # batch x N and learning rate x N, MATLAB's multi-GPU rule
         return scale_for_devices(base, devices, verbose=False)
     return base.replace(mini_batch_size=settings.global_batch or per_device * largest)
@@ -199,7 +200,7 @@ def _record(spec, settings, options, strategy, scaling, n, data) -> dict:
     window = settings.window_steps or spec.window_steps
     record = {"framework": "jaxflowers", "model": spec.name, "strategy": strategy,
               "scaling": scaling, "devices": n, "global_batch": options.mini_batch_size,
-              "per_device_batch": options.mini_batch_size // n,
+              "per_device_batch": options.mini_batch_size // n, "solver": options.solver,
               "learn_rate": options.learn_rate, "image_size": spec.image_size,
               "num_images": len(data), "window_steps": window}
     execution = ExecutionOptions(precision=settings.precision, strategy=strategy, num_devices=n)
@@ -290,7 +291,8 @@ def run_peer(settings: BenchSettings, out: pathlib.Path, *, quick: bool) -> dict
     path = out / "peer_torch.json"
     cmd = [sys.executable, str(PEER_SCRIPT), "--json", str(path), "--image-size", str(size),
            "--batch", str(batch), "--steps", str(steps), "--windows", str(windows),
-           "--num-images", str(images), "--precision", settings.precision]
+           "--num-images", str(images), "--precision", settings.precision,
+           "--solver", "sgd" if settings.solver == "sgdm" else "adam"]
     print("peer:", " ".join(cmd), flush=True)
     done = subprocess.run(cmd)
     if done.returncode or not path.is_file():
@@ -316,6 +318,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--per-device-batch", type=int)
     p.add_argument("--global-batch", type=int, help="strong scaling's constant global batch")
     p.add_argument("--precision", choices=PRECISIONS)
+    p.add_argument("--solver", choices=("adam", "sgdm"),
+                   help="default adam (the Flowers example's); the torch peer uses the same")
     p.add_argument("--windows", type=int, help="timed windows per configuration")
     p.add_argument("--window-steps", type=int, help="iterations per timed window")
     p.add_argument("--num-images", type=int, help="synthetic training set size")

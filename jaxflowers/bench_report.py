@@ -49,14 +49,23 @@ def table_lines(report: dict) -> list[str]:
     return lines
 
 
+def _solver(record: dict) -> str | None:
+    """The record's solver in jaxflowers' names (torch's "sgd" is momentum SGD: "sgdm")."""
+    solver = record.get("solver")
+    return "sgdm" if solver == "sgd" else solver
+
+
 def peer_ratios(report: dict) -> list[dict]:
-    """jaxflowers images/s over torch images/s for each matching model/devices/batch."""
+    """jaxflowers images/s over torch images/s for each matching model/devices/batch/solver,
+    against peers that gather and augment their batches as jaxflowers does."""
     ours = [r for r in report["results"] if r.get("framework") == "jaxflowers"]
     ratios = []
-    for peer in (r for r in report["results"] if r.get("framework") == "torch"):
+    for peer in (r for r in report["results"] if r.get("framework") == "torch"
+                 and r.get("data", "augment") == "augment"):
         for r in ours:
-            if all(r[k] == peer[k] for k in ("model", "scaling", "devices", "per_device_batch",
-                                              "image_size")):
+            same_solver = None in (_solver(r), _solver(peer)) or _solver(r) == _solver(peer)
+            if same_solver and all(r[k] == peer[k] for k in (
+                    "model", "scaling", "devices", "per_device_batch", "image_size")):
                 ratios.append({"model": r["model"], "devices": r["devices"],
                                "jaxflowers": r["strategy"], "torch": peer["strategy"],
                                "ratio": r["images_per_s"] / peer["images_per_s"]})

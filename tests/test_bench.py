@@ -118,7 +118,10 @@ def test_peer_ratios_match_like_with_like():
                 per_device_batch=64, image_size=224, strategy="shard_map", images_per_s=300.0)
     peer = dict(ours, framework="torch", strategy="torch-compile", images_per_s=200.0)
     other = dict(ours, devices=1, images_per_s=160.0)
-    ratios = bench_report.peer_ratios({"results": [ours, other, peer]})
+    ours, peer = dict(ours, solver="sgdm"), dict(peer, solver="sgd", data="augment")
+    other_solver = dict(peer, solver="adam", images_per_s=100.0)
+    fixed_batch = dict(peer, data="fixed", images_per_s=250.0)  # no data work: not like ours
+    ratios = bench_report.peer_ratios({"results": [ours, other, peer, other_solver, fixed_batch]})
     assert ratios == [dict(model="resnet50", devices=2, jaxflowers="shard_map",
                            torch="torch-compile", ratio=1.5)]
 
