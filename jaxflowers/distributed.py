@@ -2,29 +2,22 @@
 
 Every process runs the same program; :func:`initialize` joins them before anything else
 touches JAX. Failures are said in one line each: a bad or missing setting names the
-flag or variable, a process that never joins or is lost is named (``roster.py``), and
-Gloo's connection chatter on the standard output of CPU runs is left out.
+flag or variable, and a process that never joins or is lost is named (``roster.py``).
+On CPUs the processes talk through Gloo, which prints a "[Gloo] Rank ..." line per device
+as they connect (from C++, in pieces, so no line filter can take it out reliably).
 """
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import sys
 from typing import Sequence
 
-from jaxflowers import gpus, launch, roster
+from jaxflowers import roster
 
 # Environment variables `initialize` reads for a plain (non-Slurm/MPI/Kubernetes) launch.
 COORDINATOR_ENV = "JAXFLOWERS_COORDINATOR"  # HOST:PORT of process 0
 NUM_PROCESSES_ENV = "JAXFLOWERS_NUM_PROCESSES"
 PROCESS_ID_ENV = "JAXFLOWERS_PROCESS_ID"
-GLOO_OUTPUT_ENV = "JAXFLOWERS_GLOO_OUTPUT"  # "show" keeps Gloo's "[Gloo] Rank ..." lines
 DEFAULT_INIT_TIMEOUT = 120  # seconds every process waits for all the others to join
-# Gloo's whole message with its newline, wherever it lands: with unbuffered Python output,
-# print() writes the text and its newline separately, and Gloo's line (written from C++ by
-# another thread) can fall between the two.
-_GLOO_MESSAGE = re.compile(rb"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\.[^\n]*(?:\n|$)")
 
 
 class DistributedError(RuntimeError):
@@ -74,7 +67,6 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
             watch = roster.check_in(address, count, index, initialization_timeout)
         except roster.JoinError as error:
             raise DistributedError(str(error)) from None
-    _quiet_gloo()
     # Cross-process collectives on CPU need an implementation; JAX < 0.5 had none by default.
     if getattr(jax.config, "jax_cpu_collectives_implementation", "gloo") is None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -145,48 +137,3 @@ def _check_not_started(jax) -> None:
         raise RuntimeError("jaxflowers.distributed.initialize must run before anything starts "
                            "JAX's backends (jax.devices(), creating an array, a computation, "
                            "jaxflowers.train); call it first thing in every process")
-
-
-def _quiet_gloo() -> None:
-    """Leave Gloo's "[Gloo] Rank i is connected to ..." lines out of this process's stdout.
-
-    Gloo (CPU collectives) prints them from C++ on the first cross-process collective, with
-    no switch to turn them off. Where no GPU is visible, stdout goes through a filter
-    process (``python -m jaxflowers.distributed``), which outlives this one, so nothing
-    printed is lost however it ends. ``$JAXFLOWERS_GLOO_OUTPUT=show`` keeps them.
-    """
-    if os.environ.get(GLOO_OUTPUT_ENV) == "show" or gpus.physical_gpus():
-        return
-    sys.stdout.flush()
-    try:
-        stdout = os.dup(1)
-    except OSError:  # no standard output to filter
-        return
-    read_end, write_end = os.pipe()
-    try:
-        launch.start_module("jaxflowers.distributed", stdin=read_end, stdout=stdout,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    finally:
-        os.close(read_end)
-        os.close(stdout)
-    os.dup2(write_end, 1)
-    os.close(write_end)
-
-
-def _without_gloo(line: bytes) -> bytes:
-    """``line`` without Gloo's connection messages (the whole message and its newline)."""
-    return _GLOO_MESSAGE.sub(b"", line)
-
-
-def _filter_gloo() -> None:
-    """Copy stdin to stdout line by line without Gloo's connection messages (the filter)."""
-    out = sys.stdout.buffer
-    for line in sys.stdin.buffer:
-        kept = _without_gloo(line)
-        if kept:
-            out.write(kept)
-            out.flush()
-
-
-if __name__ == "__main__":
-    _filter_gloo()
