@@ -1,7 +1,10 @@
 """Test set-up: four fake CPU devices, fixed before anything touches JAX."""
+import atexit
 import os
 import pathlib
+import shutil
 import sys
+import tempfile
 import types
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -12,8 +15,13 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_force_host_platform_device_count=4"
                            " --xla_backend_optimization_level=0").strip()
 os.environ["JAX_NUM_CPU_DEVICES"] = "4"
-# Tests stay hermetic: no persistent compilation cache unless a test asks for one.
-os.environ.setdefault("JAXFLOWERS_COMPILE_CACHE", "off")
+# One compilation cache for the test session, fresh each time and removed at exit: the
+# many trainings of the same small networks, in this process and in the CLI, sweep and
+# script processes the tests start, compile each program once. A test that is about the
+# cache sets its own folder.
+_SESSION_CACHE = tempfile.mkdtemp(prefix="jaxflowers-test-xla-")
+atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)
+os.environ.setdefault("JAXFLOWERS_COMPILE_CACHE", _SESSION_CACHE)
 
 import jax  # noqa: E402  (must come after the environment above)
 import pytest  # noqa: E402
@@ -22,6 +30,11 @@ try:  # jax >= 0.4.38 reads this option; older versions only the XLA flag above
     jax.config.update("jax_num_cpu_devices", 4)
 except (AttributeError, RuntimeError):
     pass
+
+if os.environ["JAXFLOWERS_COMPILE_CACHE"].lower() != "off":
+    from jaxflowers.compile_cache import enable_compilation_cache  # noqa: E402
+
+    enable_compilation_cache(min_compile_time_s=0.2)
 
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
