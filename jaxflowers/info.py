@@ -15,6 +15,11 @@ COLUMNS = ("iteration", "epoch", "loss", "accuracy", "learn_rate", "validation_l
 DIVERGED_PREFIXES = ("training loss is", "gradient is")
 
 
+def is_divergence(stop_reason: str | None) -> bool:
+    """Whether ``stop_reason`` says a loss or gradient was not finite."""
+    return (stop_reason or "").startswith(DIVERGED_PREFIXES)
+
+
 @dataclasses.dataclass
 class TrainingInfo:
     """What ``train`` measured (MATLAB's ``info``/``TrainingHistory``).
@@ -69,7 +74,7 @@ class TrainingInfo:
     @property
     def diverged(self) -> bool:
         """Whether training stopped on a loss or gradient that was not finite."""
-        return self.stop_reason.startswith(DIVERGED_PREFIXES)
+        return is_divergence(self.stop_reason)
 
     def to_csv(self, path) -> str:
         """Write the per-iteration history as CSV, one row per iteration (``writetable``).

@@ -19,7 +19,7 @@ import numpy as np
 
 from jaxflowers import metrics
 from jaxflowers.history import History
-from jaxflowers.info import DIVERGED_PREFIXES
+from jaxflowers.info import is_divergence
 from jaxflowers.loop import PATIENCE
 from jaxflowers.objective import Objective
 from jaxflowers.options import TrainingOptions
@@ -73,7 +73,7 @@ def finish(program, ready, loop, state, history: History) -> Output:
     variables = chosen[1] if chosen else program.variables(state)
     # The last finite network of a diverged run is returned as it was: its statistics
     # would overflow.
-    last_finite = chosen is None and (loop.stop_reason or "").startswith(DIVERGED_PREFIXES)
+    last_finite = chosen is None and is_divergence(loop.stop_reason)
     recomputed = (ready.population is not None and not last_finite
                   and _population(ready, variables))
     if recomputed:
