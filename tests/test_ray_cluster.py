@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import secrets
 import shutil
 import subprocess
 import sys
@@ -51,15 +52,18 @@ def test_a_real_cluster_runs_cancels_keeps_its_pythonpath_and_sets_the_slots(tmp
     node_dir.mkdir()
     (node_dir / "node_only.py").write_text("VALUE = 'from the node'\n")
     ray_temp = tempfile.mkdtemp(prefix="jf-ray-", dir="/tmp")  # short: Ray's socket paths
-    # RAY_AUTH_MODE=token: recent Ray's `ray start` requires the cluster's token, which this
-    # driver finds in ~/.ray/auth_token (the same machine) once token mode is on.
+    # Token mode, as recent Ray starts clusters, with a token of the test's own (nothing
+    # read from ~/.ray): `ray start` and the driver both read it from RAY_AUTH_TOKEN_PATH.
+    token = tmp_path / "auth_token"
+    token.write_text(secrets.token_hex(32))
     env = dict(os.environ, NODE_PATH=str(node_dir), RAY_TEMP=ray_temp, PYTHON=sys.executable,
-               RAY_AUTH_MODE="token",
+               RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
                DRIVER=str(TESTS / "ray_cluster_driver.py"),
                PATH=os.pathsep.join([str(pathlib.Path(sys.executable).parent),
                                      os.environ["PATH"]]),
                PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]), JAX_PLATFORMS="cpu")
-    env.pop("RAY_ADDRESS", None)
+    for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN"):
+        env.pop(name, None)
     try:
         result = subprocess.run(
             ["unshare", "-n", "-p", "-f", "--mount-proc", "bash", "-c",
