@@ -28,7 +28,8 @@ def main() -> None:
     import jax
 
     import jaxflowers as jf
-    from jaxflowers import checkpoint, recipes
+    from jaxflowers import recipes
+    from jaxflowers.training import checkpoint
 
     data = recipes.load_data(args.data, model="resnet50")
     train_set, test_set = data.split_each_label(0.9, seed=0)

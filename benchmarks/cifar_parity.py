@@ -9,7 +9,7 @@ each way of using the batch-norm statistics:
 
 - ``running``: the running averages (``info.final_validation_accuracy``);
 - ``population``: recomputed after training with one pass over the training images
-  (``jaxflowers.population``; MATLAB's ``BatchNormalizationStatistics="population"``);
+  (``jaxflowers.training.population``; MATLAB's ``BatchNormalizationStatistics="population"``);
 - ``population-aug``: the same pass over augmented training images.
 
 A candidate is a switch outside the library: precision, the dense layer's initialiser,
@@ -87,7 +87,7 @@ def run_one(images, labels, classes, candidate: str, depth: int, seed: int, epoc
     """Train one network and score it on the validation split in every ``MODES`` way."""
     import jaxflowers as jf
     from jaxflowers import recipes
-    from jaxflowers.population import population_statistics
+    from jaxflowers.training.population import population_statistics
 
     precision, dense_init, how = CANDIDATES[candidate]
     train_idx, val_idx = split(labels, how, seed)
@@ -117,7 +117,7 @@ def run_one(images, labels, classes, candidate: str, depth: int, seed: int, epoc
 
 def worker(tasks, results, paths, classes, epochs: int, deadline: float) -> None:
     """A process on the GPU: runs tasks until none is left or the deadline has passed."""
-    from jaxflowers.compile_cache import enable_compilation_cache
+    from jaxflowers.compilation.cache import enable_compilation_cache
     enable_compilation_cache()
     images, labels = np.load(paths[0], mmap_mode="r"), np.load(paths[1])
     images = np.ascontiguousarray(images)

@@ -46,10 +46,10 @@ def main() -> None:
     import numpy as np
 
     from jaxflowers import recipes
-    from jaxflowers.data.loader import ResidentData, image_shape
-    from jaxflowers.execution import ExecutionOptions
-    from jaxflowers.parallel import REPLICATED, DataParallel, select_devices
-    from jaxflowers.program import TrainProgram
+    from jaxflowers.data.feed import ResidentData, image_shape
+    from jaxflowers.options.execution import ExecutionOptions
+    from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, select_devices
+    from jaxflowers.training.program import TrainProgram
 
     devices = select_devices("auto", None)
     row = {"piece": args.piece, "devices": len(devices), "device": devices[0].device_kind,

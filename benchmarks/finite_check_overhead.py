@@ -25,7 +25,8 @@ def main() -> None:
     import jax.numpy as jnp
 
     import jaxflowers as jf
-    from jaxflowers import bench, step
+    from jaxflowers import bench
+    from jaxflowers.training import step
 
     n = len(jax.devices())
     rng = np.random.default_rng(0)

@@ -35,9 +35,9 @@ def _free_port() -> int:
 
 def worker(args) -> None:
     """One process: train ``--repeats`` times, print the per-step times as JSON (process 0)."""
-    from jaxflowers import parallel
-    if os.environ.get(parallel.COORDINATOR_ENV):
-        parallel.initialize()
+    from jaxflowers import distributed
+    if os.environ.get(distributed.COORDINATOR_ENV):
+        distributed.initialize()
     import jax
     import numpy as np
 

@@ -17,9 +17,9 @@ OUT (folder for step_profile.json/.txt).
 import collections, glob, gzip, json, os, statistics, sys, time
 import numpy as np, jax, jax.numpy as jnp, optax
 import jaxflowers as jf
-from jaxflowers.data.loader import ResidentData
-from jaxflowers.parallel import DataParallel, select_devices
-from jaxflowers.program import TrainProgram
+from jaxflowers.data.feed import ResidentData
+from jaxflowers.parallel.data_parallel import DataParallel, select_devices
+from jaxflowers.training.program import TrainProgram
 
 OUT = os.environ.get("OUT", "."); os.makedirs(OUT, exist_ok=True)
 SIZE = int(os.environ.get("SIZE", 224)); MODEL = os.environ.get("MODEL", "resnet50")

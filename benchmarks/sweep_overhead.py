@@ -7,7 +7,7 @@ Measures, on the machine at hand (CPU slots without a GPU):
     slot (the GPU pinned by CUDA_VISIBLE_DEVICES, or the CPU);
   * cancel -> reuse: cancel() of a running job -> the next queued job's worker is spawned
     (slot handed over) and -> that job's function starts;
-  * for reference, a bare interpreter and ``import jaxflowers.sweep.worker`` (what every
+  * for reference, a bare interpreter and ``import jaxflowers.sweep.backends.worker`` (what every
     worker pays before the job's own imports).
 One warm-up job runs first (page cache, .pyc files). Reports medians of the repeats and
 writes every raw number to JSON (default runs/sweep_overhead.json).
@@ -91,7 +91,7 @@ def cancel_to_reuse(pool, repeats: int) -> dict:
 def interpreter_costs(repeats: int) -> dict:
     """Seconds for `python -c pass` and for importing the worker module."""
     costs = {}
-    for name, code in (("python_s", "pass"), ("import_worker_s", "import jaxflowers.sweep.worker")):
+    for name, code in (("python_s", "pass"), ("import_worker_s", "import jaxflowers.sweep.backends.worker")):
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()

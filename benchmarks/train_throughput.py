@@ -22,7 +22,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 
 from jaxflowers import bench  # noqa: E402
-from jaxflowers.execution import PRECISIONS, STRATEGIES  # noqa: E402
+from jaxflowers.options.execution import PRECISIONS, STRATEGIES  # noqa: E402
 
 MODELS = ("resnet50", "cifar_net:1", "cifar_net:2", "cifar_net:3", "cifar_net:4")
 

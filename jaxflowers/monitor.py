@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from jaxflowers import gpus
+from jaxflowers.host import gpus
 
 _MIB = float(2**20)
 

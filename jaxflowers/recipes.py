@@ -20,7 +20,7 @@ import os
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from jaxflowers.options import TrainingOptions
+    from jaxflowers.options.training import TrainingOptions
 
 # Networks by name: the image size the recipes train each at, (height, width).
 IMAGE_SIZE = {"cifar_net": (32, 32), "resnet18": (224, 224), "resnet34": (224, 224),
@@ -114,7 +114,7 @@ def flowers_options(device_count: int, num_train: int, *, per_device_batch: int 
     Returns:
       ``TrainingOptions`` with the global mini-batch.
     """
-    from jaxflowers.options import TrainingOptions
+    from jaxflowers.options.training import TrainingOptions
 
     batch = per_device_batch * device_count
     fields = dict(
@@ -131,7 +131,7 @@ def flowers_tuned_options(device_count: int, num_train: int, *, per_device_batch
     """The multi-GPU example with a tenth of its learning rate, validated once per epoch:
     Adam at 1e-3 x GPUs (``scale_for_devices``), otherwise the example's options. It tests
     better than the example on Flowers (README, "Accuracy against MATLAB")."""
-    from jaxflowers.options import scale_for_devices
+    from jaxflowers.options.training import scale_for_devices
 
     base = flowers_options(1, num_train, per_device_batch=per_device_batch,
                            max_epochs=max_epochs, **overrides).replace(initial_learn_rate=1e-3)
@@ -147,7 +147,7 @@ def sweep_options(num_train: int, *, max_epochs: int = 30, mini_batch_size: int 
     example returns the last iteration's network (``trainNetwork``'s behaviour when its
     figures were published, and what its "final validation accuracy" compares), with
     population batch-norm statistics."""
-    from jaxflowers.options import TrainingOptions
+    from jaxflowers.options.training import TrainingOptions
 
     fields = dict(
         solver="sgdm", initial_learn_rate=0.1 * mini_batch_size / 256, momentum=0.9,
@@ -166,7 +166,7 @@ def digits_options(*, validation_data=None, max_epochs: int = 15, mini_batch_siz
     the population pass and the best-network copies cost more compile time than they gain
     (``benchmarks/NOTES.md``, "CPU and the test suite")."""
     from jaxflowers.data.augment import Augmentation
-    from jaxflowers.options import TrainingOptions
+    from jaxflowers.options.training import TrainingOptions
 
     fields = dict(
         solver="adam", initial_learn_rate=1e-3, mini_batch_size=mini_batch_size,

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from jaxflowers.fields import check_choice, check_float, check_int
+from jaxflowers.options.validate import check_choice, check_float, check_int
 
 UNITS = ("epoch", "iteration")
 NAMES = ("none", "piecewise", "warmup", "cosine", "polynomial", "exponential", "cyclical")

@@ -32,7 +32,7 @@ except (AttributeError, RuntimeError):
     pass
 
 if os.environ["JAXFLOWERS_COMPILE_CACHE"].lower() != "off":
-    from jaxflowers.compile_cache import enable_compilation_cache  # noqa: E402
+    from jaxflowers.compilation.cache import enable_compilation_cache  # noqa: E402
 
     enable_compilation_cache(min_compile_time_s=0.2)
 

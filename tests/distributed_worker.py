@@ -20,7 +20,8 @@ import jax
 import numpy as np
 
 import jaxflowers as jf
-from jaxflowers import distributed, parallel
+from jaxflowers.distributed import join as distributed
+from jaxflowers.parallel import data_parallel as parallel
 
 BATCH = 8  # global mini-batch: 24 images make 3 steps an epoch
 

@@ -5,6 +5,7 @@ devices; this process, with conftest's 4, computes the one-process reference.
 """
 import contextlib
 import dataclasses
+import importlib
 import os
 import pathlib
 import signal
@@ -18,7 +19,8 @@ import numpy as np
 import pytest
 
 import distributed_worker as worker
-from jaxflowers import distributed, parallel
+from jaxflowers.distributed import join as distributed
+from jaxflowers.parallel import data_parallel as parallel
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = pathlib.Path(__file__).with_name("distributed_worker.py")
@@ -156,7 +158,7 @@ def test_the_output_filter_drops_gloo_lines_even_when_their_pieces_interleave():
              b"connected peer ranks is : 1\n[Gloo] Rank 0Expected number of connected peer "
              b"ranks is : 3\n")
     kept = b"Training on 4 cpu devices\n\n1\n|  2 | [Gloo] in a sentence is kept\nno newline"
-    out = subprocess.run([sys.executable, "-m", "jaxflowers.distributed"], input=mixed + kept,
+    out = subprocess.run([sys.executable, "-m", "jaxflowers.distributed.join"], input=mixed + kept,
                          capture_output=True, cwd=ROOT, timeout=60, check=True).stdout
     assert out == kept
 
@@ -253,11 +255,11 @@ def test_a_process_id_used_twice_is_refused_by_name(tmp_path):
 def test_initialize_after_jax_started_is_refused():
     jax.devices()  # starts the backends
     with pytest.raises(RuntimeError, match="must run before anything starts JAX's backends"):
-        parallel.initialize("127.0.0.1:1", 2, 0)
+        distributed.initialize("127.0.0.1:1", 2, 0)
 
 
 def test_cli_initializes_before_anything_else(monkeypatch):
-    from jaxflowers import __main__ as cli
+    from jaxflowers import cli
 
     calls = []
 
@@ -266,7 +268,8 @@ def test_cli_initializes_before_anything_else(monkeypatch):
         calls.append(args)
         raise SystemExit(7)  # stop before any data loads
 
-    assert parallel.initialize is distributed.initialize  # the old name still works
+    with pytest.warns(DeprecationWarning, match="jaxflowers.distributed.initialize"):
+        assert importlib.import_module("jaxflowers.parallel").initialize is distributed.initialize
     monkeypatch.setattr(distributed, "initialize", fake_initialize)
     with pytest.raises(SystemExit, match="7"):
         cli.main(["train", "--coordinator", "10.0.0.1:1234", "--num-processes", "2",

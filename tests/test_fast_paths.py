@@ -14,11 +14,11 @@ from jax.sharding import PartitionSpec as P
 
 import jaxflowers as jf
 from jaxflowers.models.norm import BatchNorm
-from jaxflowers.models.pool import max_pool
+from jaxflowers.models.maxpool import max_pool
 from jaxflowers.models.stem import StemConv
-from jaxflowers.optim import learn_rate_schedule, make_optimizer
-from jaxflowers.parallel import REPLICATED, DataParallel, sharded
-from jaxflowers.step import FlatParams, StepConfig, init_state, train_block
+from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
+from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
+from jaxflowers.training.step import FlatParams, StepConfig, init_state, train_block
 
 X = jax.random.normal(jax.random.PRNGKey(0), (8, 5, 5, 6)) * 2 + 1
 W = jax.random.normal(jax.random.PRNGKey(2), X.shape)
@@ -148,8 +148,10 @@ def test_flat_parameters_train_like_the_tree_on_4_devices(solver, strategy):
         results.append(parallel.get(cfg.variables(state)))
     assert jax.tree.structure(results[0]) == jax.tree.structure(results[1])
     # Same arithmetic per element, but XLA may sum a weight gradient in another order
-    # when its consumer is the concatenation (~1e-7 relative).
-    atol = 1e-6
+    # when its consumer is the concatenation (~1e-7 relative). Adam turns such a rounding
+    # difference in a small gradient into up to ~1e-4 of its learning rate per step (seen:
+    # 1.2e-6 with jax 0.12); SGDM passes it on unamplified.
+    atol = 1e-4 * opts.learn_rate if solver == "adam" else 1e-6
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=atol), *results)
     initial = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)), train=False)
     assert not np.allclose(results[1]["params"]["head"]["kernel"],

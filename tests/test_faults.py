@@ -137,7 +137,7 @@ def test_mismatch_is_refused_before_anything_compiles(sets, case):
 
 def test_jaxflowers_models_declare_the_outputs_eval_shape_finds():
     """The checks trust a jaxflowers model's ``num_classes`` instead of tracing it."""
-    from jaxflowers.checks import model_outputs
+    from jaxflowers.training.inputs import model_outputs
 
     for model in (jf.models.cifar_net(2, num_classes=7), jf.models.resnet18(num_classes=5)):
         shape = jax.eval_shape(
@@ -467,7 +467,7 @@ def test_a_failed_save_keeps_the_previous_file(trained, tmp_path, monkeypatch):
 
 def _cli(capsys, *argv) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of ``python -m jaxflowers *argv``, run in this process."""
-    from jaxflowers.__main__ import main
+    from jaxflowers.cli.entry import main
 
     try:
         status = main(list(argv))
@@ -499,7 +499,7 @@ def test_the_parser_refuses_bad_arguments_naming_them(capsys, argv, message):
 def test_every_option_has_help_with_its_default():
     import argparse
 
-    from jaxflowers.__main__ import _parser
+    from jaxflowers.cli.entry import _parser
 
     commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
     for name in ("train", "download"):

@@ -22,7 +22,8 @@ import psutil
 import pytest
 
 import jaxflowers as jf
-from jaxflowers.sweep import example, results
+from jaxflowers.sweep.example import run as example
+from jaxflowers.sweep.example import report as results
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@ import io
 import matplotlib.image
 import pytest
 
-from jaxflowers.figures import LiveFigure, in_jupyter
+from jaxflowers.plots.backend import LiveFigure, in_jupyter
 
 
 class Counter(LiveFigure):

@@ -1,8 +1,8 @@
-"""jaxflowers.gpus: CUDA_VISIBLE_DEVICES read as CUDA reads it (the sweep and the monitor)."""
+"""jaxflowers.host.gpus: CUDA_VISIBLE_DEVICES read as CUDA reads it (the sweep and the monitor)."""
 import pytest
 
-from jaxflowers import gpus
-from jaxflowers.sweep import devices
+from jaxflowers.host import gpus
+from jaxflowers.sweep import slots as devices
 
 PHYSICAL = [("0", "GPU-aaaa-1111"), ("1", "GPU-bbbb-2222"), ("2", "GPU-bbbb-3333")]
 

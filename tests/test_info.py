@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxflowers import TrainingInfo
-from jaxflowers.info import COLUMNS
+from jaxflowers.training.info import COLUMNS
 
 
 def make_info(n=10, every=4):

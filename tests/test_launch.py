@@ -1,9 +1,9 @@
-"""jaxflowers.launch: the one way the package starts ``python -m jaxflowers...`` processes."""
+"""jaxflowers.host.processes: the one way the package starts ``python -m jaxflowers...`` processes."""
 import ast
 import os
 import subprocess
 
-from jaxflowers import launch
+from jaxflowers.host import processes as launch
 
 
 def test_a_module_starts_with_this_package_first_and_the_callers_path_kept(tmp_path):
@@ -15,7 +15,7 @@ def test_a_module_starts_with_this_package_first_and_the_callers_path_kept(tmp_p
     path = ast.literal_eval("[" + "".join(lines[lines.index("sys.path = [") + 1:
                                                 lines.index("]")]) + "]")
     assert path.index(launch.PACKAGE_ROOT) < path.index(elsewhere)
-    worker = launch.start_module("jaxflowers.sweep.worker", env=env, cwd=tmp_path,
+    worker = launch.start_module("jaxflowers.sweep.backends.worker", env=env, cwd=tmp_path,
                                  stderr=subprocess.PIPE, text=True)
     assert worker.communicate(timeout=60)[1].startswith("usage: python -m jaxflowers.sweep")
     assert worker.returncode == 2

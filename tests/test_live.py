@@ -5,7 +5,8 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from jaxflowers import live, plots
+from jaxflowers import plots
+from jaxflowers.plots import sweep_grid as live
 
 
 def assert_png(path, fig, dpi):
@@ -92,7 +93,7 @@ def test_sweep_progress_needs_a_job_count():
 
 
 def test_sweep_plot_reads_the_trainers_message_states():
-    from jaxflowers.live import SweepProgressPlot
+    from jaxflowers.plots.sweep_grid import SweepProgressPlot
 
     plot = SweepProgressPlot(1)
     plot.update(0, {"state": "start"})

@@ -10,7 +10,7 @@ import pytest
 from sklearn import metrics as skm
 
 import jaxflowers as jf
-from jaxflowers.metrics import score
+from jaxflowers.inference.metrics import score
 
 
 @pytest.fixture(scope="module")

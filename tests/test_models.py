@@ -138,7 +138,7 @@ def test_cifar_net_rejects_an_unknown_dense_initialiser(bad):
 
 def test_cifar_net_travels_through_the_sweep_codec():
     """A sweep job returns its TrainedNet as JSON: every module field must be plain data."""
-    from jaxflowers.sweep import codec
+    from jaxflowers.sweep import transfer as codec
 
     model = jf.models.cifar_net(2, dense_init="lecun_normal")
     arrays = {}

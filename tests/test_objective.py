@@ -74,7 +74,7 @@ def test_a_stop_read_one_sync_point_late_ends_at_the_same_validation(stopped, da
     here, two iterations per dispatch; test_train says why). The run still ends at the
     validation the rule picks, records nothing after it, and "last-iteration" returns the
     network of that validation, not the one the devices had reached."""
-    monkeypatch.setattr(importlib.import_module("jaxflowers.train"), "_look_ahead",
+    monkeypatch.setattr(importlib.import_module("jaxflowers.training.run"), "_look_ahead",
                         lambda *_: 1)
     train, val = data
     net, info = jf.train(train, jf.models.cifar_net(1),

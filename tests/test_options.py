@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import jaxflowers as jf
-from jaxflowers.optim import learn_rate_schedule
+from jaxflowers.training.optimizer import learn_rate_schedule
 
 
 @pytest.mark.parametrize("field, value, message", [

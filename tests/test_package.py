@@ -1,4 +1,4 @@
-"""The packages load their names on first use (jaxflowers.lazy) and import no JAX early."""
+"""The packages load their names on first use (jaxflowers.host.lazy) and import no JAX early."""
 import os
 import pathlib
 import subprocess
@@ -12,8 +12,8 @@ import jaxflowers.data as data
 assert "jax" not in sys.modules, "import jaxflowers imported jax"
 assert data.ImageFolder.__name__ == "ImageFolder" and "jax" not in sys.modules
 assert "ImageFolder" in dir(data) and "train" in dir(jf) and "sweep" in dir(jf)
-import jaxflowers.train  # binds the submodule on the package: jf.train must stay the function
-assert callable(jf.train) and jf.train.__module__ == "jaxflowers.train"
+import jaxflowers.training.run  # binds the submodule on the package: jf.train must stay the function
+assert callable(jf.train) and jf.train.__module__ == "jaxflowers.training.run"
 assert jf.models.resnet50 is jf.models.resnet50
 try:
     jf.no_such_name

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import jaxflowers as jf
-from jaxflowers.optim import make_optimizer, learn_rate_schedule
-from jaxflowers.parallel import REPLICATED, DataParallel, sharded
-from jaxflowers.step import StepConfig, init_state, train_block
+from jaxflowers.training.optimizer import make_optimizer, learn_rate_schedule
+from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
+from jaxflowers.training.step import StepConfig, init_state, train_block
 
 
 def _data(n=24):

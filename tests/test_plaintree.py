@@ -1,4 +1,4 @@
-"""jaxflowers.plaintree: values as JSON plus arrays, without pickle (sweeps, saved networks)."""
+"""jaxflowers.saving.plaintree: values as JSON plus arrays, without pickle (sweeps, saved networks)."""
 import json
 
 import ml_dtypes
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jaxflowers as jf
-from jaxflowers import plaintree
+from jaxflowers.saving import plaintree
 
 
 def test_a_tree_with_arrays_dtypes_and_a_model_comes_back_equal():

@@ -7,7 +7,7 @@ import pytest
 
 import jaxflowers as jf
 from jaxflowers.data.augment import normalize
-from jaxflowers.population import (
+from jaxflowers.training.population import (
     batch_moments,
     moments_to_statistics,
     population_statistics,

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from jaxflowers import TrainingInfo, plots
-from jaxflowers.progress_plot import DEFAULT_PATH, TrainingProgressPlot, training_progress
+from jaxflowers.plots.training_progress import DEFAULT_PATH, TrainingProgressPlot, training_progress
 
 
 def make_info(n=12, **changes):

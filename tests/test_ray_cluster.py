@@ -106,7 +106,7 @@ class _FakeRay:
 
 
 def test_joining_says_which_cluster_or_that_a_local_one_started(monkeypatch):
-    from jaxflowers.sweep.ray_backend import join
+    from jaxflowers.sweep.backends.ray_cluster import join
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     ray = _FakeRay()
@@ -119,7 +119,7 @@ def test_joining_says_which_cluster_or_that_a_local_one_started(monkeypatch):
 
 
 def test_a_missing_token_is_explained_in_one_sentence(monkeypatch):
-    from jaxflowers.sweep.ray_backend import join
+    from jaxflowers.sweep.backends.ray_cluster import join
 
     refused = ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379")
     refused.__cause__ = RuntimeError("InvalidAuthToken: Authentication token is missing")

@@ -7,7 +7,7 @@ import pytest
 
 import jaxflowers as jf
 from jaxflowers import recipes
-from jaxflowers.optim import learn_rate_schedule
+from jaxflowers.training.optimizer import learn_rate_schedule
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jaxflowers as jf
-from jaxflowers.data.loader import BUDGET_ENV, choose_placement, device_memory_budget
+from jaxflowers.data.feed import BUDGET_ENV, choose_placement, device_memory_budget
 from jaxflowers.data.stream import StreamedData, process_columns
 
 

@@ -25,8 +25,10 @@ import pytest
 import jaxflowers as jf
 import sweep_jobs
 from jaxflowers import sweep
-from jaxflowers.sweep import codec, devices, objects
-from jaxflowers.sweep.local import LocalBackend
+from jaxflowers.sweep import objects
+from jaxflowers.sweep import transfer as codec
+from jaxflowers.sweep import slots as devices
+from jaxflowers.sweep.backends.local import LocalBackend
 
 pytestmark = pytest.mark.timeout(150)
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -62,7 +64,7 @@ def _workers() -> list[psutil.Process]:
     found = []
     for proc in psutil.Process().children(recursive=True):
         try:
-            if "jaxflowers.sweep.worker" in " ".join(proc.cmdline()) and _alive(proc.pid):
+            if "jaxflowers.sweep.backends.worker" in " ".join(proc.cmdline()) and _alive(proc.pid):
                 found.append(proc)
         except psutil.Error:
             pass
@@ -444,7 +446,7 @@ def test_the_travelling_classes_are_the_public_ones_and_only_they_travel():
     assert back.images.shape == (5, 32, 32, 3)
     namesake = dataclasses.make_dataclass("TrainingInfo", [("loss", float)])
     namesake.__module__ = "jaxflowers.old_info"  # where a stale copy might live
-    subclass = type("TrainingInfo", (jf.TrainingInfo,), {"__module__": "jaxflowers.info"})
+    subclass = type("TrainingInfo", (jf.TrainingInfo,), {"__module__": "jaxflowers.training.info"})
     for value in (namesake(1.0), subclass(*(np.arange(3),) * 8)):
         with pytest.raises(TypeError, match="cannot travel"):
             codec.encode_tree(value, {}, what="result")

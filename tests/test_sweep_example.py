@@ -1,4 +1,4 @@
-"""jaxflowers.sweep.example: MATLAB's parfeval example end to end, through the CLI.
+"""jaxflowers.sweep.example.run: MATLAB's parfeval example end to end, through the CLI.
 
 The end-to-end runs train two small networks in two worker processes on the CPU; the
 fast tests check the data plans, the table, the choice of the best network and that the
@@ -19,7 +19,8 @@ import types
 import pytest
 from PIL import Image
 
-from jaxflowers.sweep import plan, results
+from jaxflowers.sweep.example import data as plan
+from jaxflowers.sweep.example import report as results
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -118,8 +119,9 @@ def test_cli_sweep_without_prepared_cifar10_says_what_to_use_instead(tmp_path):
 
 
 def test_the_caller_imports_no_jax_before_its_jobs_start(tmp_path):
-    code = ("import sys\nfrom jaxflowers.__main__ import main\n"
-            "from jaxflowers.sweep import DevicePool\nfrom jaxflowers.sweep import example, plan\n"
+    code = ("import sys\nfrom jaxflowers.cli.entry import main\n"
+            "from jaxflowers.sweep import DevicePool\nfrom jaxflowers.sweep.example import data as plan\n"
+            "from jaxflowers.sweep.example import run as example\n"
             "plan = plan.data_plan('digits')\n"
             "from jaxflowers.sweep.jobs import job_options\n"
             "job_options({'steps_per_dispatch': 1, 'augmentation': {'reflect_x': True}})\n"
@@ -141,7 +143,7 @@ def test_the_caller_builds_the_folder_caches_without_importing_jax(tmp_path, mon
             for i in range(count):
                 Image.new("RGB", (40, 30), (100 * c, 20 * i, 50)).save(
                     photos / part / name / f"{i}.png")
-    code = ("import sys\nfrom jaxflowers.sweep import plan\n"
+    code = ("import sys\nfrom jaxflowers.sweep.example import data as plan\n"
             f"folders = plan.prepare_data(plan.data_plan({str(photos)!r}))\n"
             "assert 'jax' not in sys.modules, 'preparing the data imported jax'\n"
             "print(*(len(f) for f in folders))\n")

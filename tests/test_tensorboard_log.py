@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxflowers import TrainingInfo
-from jaxflowers.tensorboard_log import TensorBoardLog
+from jaxflowers.training.tensorboard import TensorBoardLog
 
 
 def make_info(n):

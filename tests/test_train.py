@@ -80,7 +80,7 @@ def test_reading_results_one_sync_point_late_changes_nothing(small, monkeypatch)
     point later while the devices run ahead (train._look_ahead; 0 on CPUs, whose
     collectives time out with many programs queued, so forced here on one device). History
     and table must be exactly those of the loop that reads every result at once."""
-    train_module = importlib.import_module("jaxflowers.train")  # the module, not jf.train
+    train_module = importlib.import_module("jaxflowers.training.run")  # the module, not jf.train
 
     train, val = small
     opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=0.05, mini_batch_size=16,
@@ -287,7 +287,7 @@ def test_a_diverging_run_stops_at_the_first_non_finite_loss_with_the_last_finite
 def test_divergence_inside_a_block_read_late_stops_at_the_same_iteration(small, monkeypatch):
     """Several iterations per dispatch and results read one sync point late (as on GPUs):
     the device skips every step after the bad one, and the history ends there."""
-    train_module = importlib.import_module("jaxflowers.train")
+    train_module = importlib.import_module("jaxflowers.training.run")
     train, _ = small
     opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=1e6, mini_batch_size=16,
                               max_epochs=3, verbose=False)

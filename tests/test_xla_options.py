@@ -5,9 +5,9 @@ import optax
 import pytest
 
 import jaxflowers as jf
-from jaxflowers import xla_options
-from jaxflowers.parallel import REPLICATED, DataParallel
-from jaxflowers.step import init_program
+from jaxflowers.compilation import options as xla_options
+from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel
+from jaxflowers.training.step import init_program
 
 
 @pytest.fixture
@@ -39,8 +39,8 @@ def test_an_option_this_xla_does_not_know_is_dropped_not_fatal(fresh):
 def test_the_step_and_init_programs_compile_with_them(monkeypatch):
     # A name XLA rejects, handed straight to the programs: their compiles must fail on it.
     bogus = {"xla_gpu_no_such_option": False}
-    monkeypatch.setattr("jaxflowers.parallel.compiler_options", lambda: bogus)
-    monkeypatch.setattr("jaxflowers.step.compiler_options", lambda: bogus)
+    monkeypatch.setattr("jaxflowers.parallel.data_parallel.compiler_options", lambda: bogus)
+    monkeypatch.setattr("jaxflowers.training.step.compiler_options", lambda: bogus)
     parallel = DataParallel(jax.devices()[:2], "shard_map")
     double = parallel.wrap(lambda x: 2 * x, (REPLICATED,), REPLICATED)
     with pytest.raises(Exception, match="xla_gpu_no_such_option"):

@@ -4,7 +4,7 @@ Names load on first use (PEP 562), as in the top-level package: only ``Augmentat
 needs JAX, so a sweep's caller can build resize caches with ``ImageFolder`` and the
 cache's decode processes can start without importing it.
 """
-from jaxflowers.lazy import lazy_names
+from jaxflowers.host.lazy import lazy_names
 
 _EXPORTS = {
     "Augmentation": "jaxflowers.data.augment", "decode_image": "jaxflowers.data.imread",

@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from jaxflowers.data import decode
-from jaxflowers.data.files import sha256_file, unwritable, write_json_atomic
+from jaxflowers.host.files import sha256_file, unwritable, write_json_atomic
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
 
 RESIZE_METHOD = "pil-lanczos"  # recorded in the key and the sidecar; change it if decoding changes

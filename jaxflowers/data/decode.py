@@ -27,7 +27,7 @@ import threading
 from typing import Iterator, Sequence
 
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
-from jaxflowers.launch import start_module
+from jaxflowers.host.processes import start_module
 
 # Fewer files: starting the workers (~0.3 s each, side by side) costs about what they
 # save; about the break-even for small PNGs on 2 CPUs (benchmarks/cache_build.py --files).

@@ -34,7 +34,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 
 from tqdm.auto import tqdm
 
-from jaxflowers.data.files import sha256_file, write_json_atomic
+from jaxflowers.host.files import sha256_file, write_json_atomic
 
 FLOWERS_URL = "http://download.tensorflow.org/example_images/flower_photos.tgz"
 # sha256 of flower_photos.tgz (228,813,984 bytes) as pinned by TensorFlow Datasets for

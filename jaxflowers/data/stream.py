@@ -1,6 +1,6 @@
 """Streamed epochs for sets that don't fit on the devices: grain reads uint8 batches ahead.
 
-The plan is the resident feed's (:func:`~jaxflowers.data.loader.epoch_order`): the same
+The plan is the resident feed's (:func:`~jaxflowers.data.feed.epoch_order`): the same
 seeded permutations, the same dropped partial batches, so the same seed trains the same
 numbers either way. Each plan row (one global mini-batch) becomes one grain element: the
 rows of the (memory-mapped) images and labels it names, gathered on the host. Augmentation
@@ -26,7 +26,7 @@ import os
 import grain
 import numpy as np
 
-from jaxflowers.data.loader import epoch_order, image_shape, steps_per_epoch
+from jaxflowers.data.feed import epoch_order, image_shape, steps_per_epoch
 
 # Batches grain keeps ready on the host: enough to ride out a slow read (page faults of a
 # memory map on a cold disk) without holding much memory (a 128 x 224^2 batch is 19 MB).

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from jaxflowers.models.layers import Conv, Dense
 from jaxflowers.models.norm import BatchNorm
-from jaxflowers.models.pool import max_pool
+from jaxflowers.models.maxpool import max_pool
 from jaxflowers.models.stem import StemConv
 
 ModuleDef = Any

@@ -11,7 +11,7 @@ import threading
 from concurrent.futures import CancelledError, Future, wait
 from typing import Any, Callable, Iterable
 
-from jaxflowers.sweep import codec
+from jaxflowers.sweep import transfer as codec
 
 
 class JobError(RuntimeError):

@@ -51,8 +51,8 @@ def train_job(*, data, model, options, execution=None, seed: int | None = None):
     (``enable_compilation_cache``), so a job that repeats an earlier job's network and
     shapes loads them instead of compiling.
     """
-    from jaxflowers.compile_cache import enable_compilation_cache
-    from jaxflowers.train import train  # robust whether or not jaxflowers/__init__ is lazy
+    from jaxflowers.compilation.cache import enable_compilation_cache
+    from jaxflowers.training.run import train  # robust whether or not jaxflowers/__init__ is lazy
 
     enable_compilation_cache()
 
@@ -89,8 +89,8 @@ def job_options(options, execution=None) -> tuple[Any, Any]:
       TypeError: ``options`` or ``execution`` is of another type.
     """
     from jaxflowers.data.augment import Augmentation
-    from jaxflowers.execution import ExecutionOptions
-    from jaxflowers.options import TrainingOptions
+    from jaxflowers.options.execution import ExecutionOptions
+    from jaxflowers.options.training import TrainingOptions
 
     fields = _fields(options, TrainingOptions, "options")
     routed = {f.name: fields.pop(f.name) for f in dataclasses.fields(ExecutionOptions)

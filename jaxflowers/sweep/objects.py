@@ -3,7 +3,7 @@
 ``TrainingOptions`` (with its learning-rate schedules), ``ExecutionOptions``,
 ``Augmentation`` and image sets (arguments), ``TrainedNet`` and ``TrainingInfo`` (results)
 travel as their dataclass fields (the Flax modules of
-``jaxflowers.models`` and dtypes are ``jaxflowers.plaintree``'s own). The classes are
+``jaxflowers.models`` and dtypes are ``jaxflowers.saving.plaintree``'s own). The classes are
 named by importing them (:func:`travelling_class`), and an object travels only if its
 class *is* one of them, so moving or renaming a class breaks an import the tests run
 rather than silently refusing it. Only these classes are ever rebuilt, so a file cannot
@@ -31,17 +31,17 @@ def travelling_class(tag: str) -> type:
       ValueError: for any other tag.
     """
     if tag == "TrainingOptions":
-        from jaxflowers.options import TrainingOptions as cls
+        from jaxflowers.options.training import TrainingOptions as cls
     elif tag == "ExecutionOptions":
-        from jaxflowers.execution import ExecutionOptions as cls
+        from jaxflowers.options.execution import ExecutionOptions as cls
     elif tag == "Augmentation":
         from jaxflowers.data.augment import Augmentation as cls
     elif tag == "ImageSet":
         from jaxflowers.data.imageset import ImageSet as cls
     elif tag == "TrainedNet":
-        from jaxflowers.net import TrainedNet as cls
+        from jaxflowers.inference.net import TrainedNet as cls
     elif tag == "TrainingInfo":
-        from jaxflowers.info import TrainingInfo as cls
+        from jaxflowers.training.info import TrainingInfo as cls
     elif tag in _SCHEDULES:
         from jaxflowers import schedules
 

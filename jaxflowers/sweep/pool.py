@@ -16,9 +16,10 @@ import threading
 from concurrent.futures import wait
 from typing import Any, Callable, Sequence
 
-from jaxflowers.sweep import codec, interrupts
-from jaxflowers.sweep.backend import Backend, Job, JobEvents
-from jaxflowers.sweep.devices import make_slots
+from jaxflowers.sweep import transfer as codec
+from jaxflowers.sweep import shutdown as interrupts
+from jaxflowers.sweep.backends.base import Backend, Job, JobEvents
+from jaxflowers.sweep.slots import make_slots
 from jaxflowers.sweep.events import EventDispatcher
 from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError
 
@@ -335,11 +336,11 @@ def _make_backend(name: str, *, log_dir, address, memory_fraction) -> Backend:
     if name == "local":
         if address is not None:
             raise ValueError("address= is for backend='ray'; the local backend has none")
-        from jaxflowers.sweep.local import LocalBackend
+        from jaxflowers.sweep.backends.local import LocalBackend
 
         return LocalBackend(log_dir=log_dir, memory_fraction=memory_fraction)
     if name == "ray":
-        from jaxflowers.sweep.ray_backend import RayBackend
+        from jaxflowers.sweep.backends.ray_cluster import RayBackend
 
         return RayBackend(log_dir=log_dir, address=address, memory_fraction=memory_fraction)
     raise ValueError(f"backend={name!r}: use 'local' or 'ray'")

@@ -1,0 +1,98 @@
+"""``python -m jaxflowers sweep``: MATLAB's parfeval example from the shell.
+
+``jaxflowers.cli.entry`` adds this subcommand with :func:`add_parser` and hands the parsed
+arguments to :func:`run`. Nothing here imports JAX: the workers own the devices.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_parser(commands, parents=()) -> argparse.ArgumentParser:
+    """Add the ``sweep`` subcommand to ``commands`` (an argparse subparsers object), with
+    the options of ``parents`` (parsers) too."""
+    sweep = commands.add_parser(
+        "sweep", parents=list(parents),
+        help="train cifar_net of several depths side by side (MATLAB's parfeval example), "
+             "test the best")
+    sweep.add_argument("--depths", type=_positive, nargs="+", default=[1, 2, 3, 4],
+                       metavar="D", help="one job per cifar_net depth (default: 1 2 3 4)")
+    sweep.add_argument("--data", default="digits",
+                       help="digits (embedded in scikit-learn, offline; default), cifar10 "
+                            "(TFDS, prepared beforehand), or a folder of class folders (or "
+                            "of train/ and test/)")
+    sweep.add_argument("--epochs", type=_positive, default=30,
+                       help="training epochs per job (default: 30)")
+    sweep.add_argument("--devices", default="all",
+                       help="all (default) or a number of GPUs (CPU slots without GPUs)")
+    sweep.add_argument("--jobs-per-device", type=_positive, default=1,
+                       help="jobs sharing each GPU (default: 1)")
+    sweep.add_argument("--out", default=".",
+                       help="folder for sweep_results.json, the metrics CSVs, the PNGs and "
+                            "the job logs (default: the current folder)")
+    sweep.add_argument("--seed", type=int, default=0,
+                       help="data splits, initialisation, shuffling (default: 0)")
+    sweep.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                       help="set a TrainingOptions (or ExecutionOptions) field in every job "
+                            "(JSON value), e.g. --option steps_per_dispatch=1; repeatable")
+    return sweep
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def parse_options(items: list[str]) -> dict:
+    """``--option NAME=VALUE`` items as a dict; a value that is not JSON stays a string.
+
+    Raises:
+      ValueError: for an item without ``=``.
+    """
+    overrides = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--option {item!r}: use NAME=VALUE")
+        try:
+            overrides[name] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[name] = value  # a bare string such as sgdm
+    return overrides
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep the parsed ``args`` describe; returns the exit status (0: a best
+    network was found, 1: every job failed, 2: bad input, 130: interrupted)."""
+    from jaxflowers.sweep.example.run import run_sweep  # imports no JAX
+    from jaxflowers.sweep.jobs import job_options
+    from jaxflowers.sweep.example.data import DataUnavailableError
+
+    devices = int(args.devices) if args.devices.isdigit() else args.devices
+    try:
+        overrides = parse_options(args.option)
+        job_options(overrides)  # before any worker starts
+    except (ValueError, TypeError) as error:
+        return _error(f"--option: {error}")
+    try:
+        result = run_sweep(args.depths, data=args.data, epochs=args.epochs, devices=devices,
+                           jobs_per_device=args.jobs_per_device, out_dir=args.out,
+                           seed=args.seed, options_overrides=overrides)
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        return 130
+    except (DataUnavailableError, ValueError, OSError) as error:
+        return _error(str(error))
+    print(f"Wall time: {result.wall_time:.1f} s")
+    if result.interrupted:
+        return 130
+    return 0 if result.best_depth is not None else 1
+
+
+def _error(text: str) -> int:
+    print(f"error: {text.splitlines()[0] if text else 'failed'}", file=sys.stderr)
+    return 2

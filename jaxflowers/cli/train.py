@@ -1,0 +1,325 @@
+"""``python -m jaxflowers train``: its flags and what it runs.
+
+Trains the chosen recipe's network (``recipes``), tests it on the held-out images and
+reports; keeps what the user asked for (``--save``, ``--out`` metrics, checkpoints). Ctrl-C
+at any stage becomes :class:`Interrupted`, one line saying what was kept.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+
+class Interrupted(Exception):
+    """Ctrl-C, turned into one line: what was going on, and what was kept."""
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    return _integer(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    return _integer(text, 0, "an integer >= 0")
+
+
+def _integer(text: str, minimum: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
+def add_parser(commands, common) -> None:
+    """Add the ``train`` subcommand (``common``: the parent parser of shared flags)."""
+    train = commands.add_parser("train", parents=[common],
+                                help="train a network and report test accuracy")
+    train.add_argument("--recipe", default=None, metavar="NAME",
+                       help="flowers (MATLAB's multi-GPU example, verbatim), flowers-tuned, "
+                            "sweep (MATLAB's parfeval example) or digits (default: flowers for "
+                            "--data flowers or --model resnet50, digits otherwise)")
+    train.add_argument("--data", default=None, metavar="NAME|DIR|URL",
+                       help="digits (embedded, offline), flowers (downloaded once), cifar10 "
+                            "(TFDS), a folder of class folders (split per class by the recipe, "
+                            "90/10), a folder holding train/ and test/ class folders (trained "
+                            "on train/, tested on test/), or an s3:// gs:// https:// URL "
+                            "(default: the recipe's data; digits without a recipe)")
+    train.add_argument("--model", choices=("cifar_net", "resnet50"), default=None,
+                       help="the network (default: the recipe's: resnet50 for flowers, "
+                            "cifar_net otherwise)")
+    train.add_argument("--depth", type=positive_int, default=2, metavar="N",
+                       help="cifar_net depth: convolution stages (default: 2)")
+    train.add_argument("--epochs", type=positive_int, default=None, metavar="N",
+                       help="full passes over the training images (default: the recipe's: "
+                            "80 for flowers, 30 for sweep, 15 for digits)")
+    train.add_argument("--batch-size", type=positive_int, default=None, metavar="IMAGES",
+                       help="images per mini-batch: for cifar_net in all (a multiple of the "
+                            "devices), for resnet50 per device (default: 128)")
+    train.add_argument("--learn-rate", type=positive_float, default=None, metavar="RATE",
+                       help="initial learning rate, used as given (default: the recipe's; "
+                            "flowers: 1e-2 x batch / 64)")
+    train.add_argument("--seed", type=non_negative_int, default=0, metavar="N",
+                       help="seed of the split, initial weights, shuffle and augmentation "
+                            "(default: 0)")
+    train.add_argument("--quiet", action="store_true",
+                       help="no progress table (default: print one row per 50 iterations)")
+    _execution_arguments(train)
+    _output_arguments(train)
+    _distributed_arguments(train)
+
+
+def _execution_arguments(train) -> None:
+    group = train.add_argument_group("devices", "where and how the training runs")
+    group.add_argument("--devices", type=positive_int, default=None, metavar="N",
+                       help="use the first N local devices (default: all)")
+    group.add_argument("--strategy", choices=("shard_map", "pmap"), default="shard_map",
+                       help="how the step is mapped over the devices (default: shard_map)")
+
+
+def _output_arguments(train) -> None:
+    group = train.add_argument_group("outputs", "what the run keeps on disk")
+    group.add_argument("--out", default=".", metavar="DIR",
+                       help="folder for metrics.csv, the per-iteration history (default: the "
+                            "current folder)")
+    group.add_argument("--save", default=None, metavar="FILE",
+                       help="save the trained network to FILE; jaxflowers.load(FILE) reads it "
+                            "back (default: not saved)")
+    group.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                       help="write checkpoints to DIR while training, and on Ctrl-C (default: "
+                            "none)")
+    group.add_argument("--checkpoint-frequency", type=positive_int, default=1, metavar="N",
+                       help="checkpoint every N epochs or iterations (default: 1)")
+    group.add_argument("--checkpoint-frequency-unit", choices=("epoch", "iteration"),
+                       default="epoch", help="what --checkpoint-frequency counts (default: epoch)")
+    group.add_argument("--resume", action="store_true",
+                       help="continue the run checkpointed in --checkpoint-dir (default: start "
+                            "afresh)")
+
+
+def _distributed_arguments(train) -> None:
+    group = train.add_argument_group(
+        "several processes (hosts)", "join a multi-process training through "
+        "jax.distributed; every process runs the same command. Under Slurm, Open MPI or "
+        "Kubernetes --distributed alone suffices; else give all three of the next flags (or "
+        "$JAXFLOWERS_COORDINATOR, $JAXFLOWERS_NUM_PROCESSES, $JAXFLOWERS_PROCESS_ID)")
+    group.add_argument("--distributed", action="store_true",
+                       help="initialise jax.distributed from the cluster's environment "
+                            "(default: off, one process)")
+    group.add_argument("--coordinator", metavar="HOST:PORT",
+                       help="address of process 0, reachable from every host (default: none)")
+    group.add_argument("--num-processes", type=positive_int, metavar="N",
+                       help="processes in all (default: none)")
+    group.add_argument("--process-id", type=non_negative_int, metavar="I",
+                       help="this process, 0..N-1 (default: none)")
+    group.add_argument("--init-timeout", type=positive_float, default=120.0,
+                       metavar="SECONDS",
+                       help="how long every process waits for all the others to join; then "
+                            "the missing ones are named (default: 120)")
+
+
+def _join_processes(args) -> None:
+    """Start jax.distributed when asked to; first, before anything starts JAX's backends."""
+    if args.distributed or any(v is not None for v in (args.coordinator, args.num_processes,
+                                                       args.process_id)):
+        from jaxflowers.distributed import join as distributed
+        try:
+            distributed.initialize(args.coordinator, args.num_processes, args.process_id,
+                                   initialization_timeout=args.init_timeout)
+        except (ValueError, distributed.DistributedError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
+@contextlib.contextmanager
+def stage(what: str, kept: tuple[str, ...] = ()):
+    """Ctrl-C inside the block becomes :class:`Interrupted` saying ``what`` was going on."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        saved = f"kept {', '.join(kept)}" if kept else "nothing was saved"
+        raise Interrupted(f"interrupted while {what}; {saved}") from None
+
+
+def run(args) -> int:
+    """Run ``python -m jaxflowers train`` for parsed ``args``; returns the exit status."""
+    clock = [time.perf_counter()]  # start, JAX ready, data ready, trained, predicted
+    _check_outputs(args)  # before any work: a result that cannot be written would be lost
+    with stage("starting JAX"):
+        devices, main_process = _start(args)
+    clock.append(time.perf_counter())
+    import jaxflowers as jf
+
+    recipe = _chosen_recipe(args)
+    model_name = args.model or recipe.model
+    with stage("loading the data"):
+        train_set, test_set, described = _load_sets(args.data or recipe.data, model_name,
+                                                     args.seed, recipe.train_fraction)
+    if main_process:
+        print(described)
+    model, opts = _recipe(args, recipe, model_name, len(devices), train_set, test_set)
+    clock.append(time.perf_counter())
+    with stage("training"):
+        net, info = jf.train(train_set, model, opts, execution=_execution(args),
+                             **_resume(args))
+    clock.append(time.perf_counter())
+    kept = _keep(args, net, info, main_process)
+    with stage("testing the network", kept):
+        scores = jf.predict(net, test_set, **_execution(args))
+    clock.append(time.perf_counter())
+    if main_process:
+        _report(info, clock, jf.accuracy(jf.scores_to_labels(scores, net.class_names),
+                                         test_set.labels), len(test_set))
+    return 0
+
+
+def _start(args) -> tuple[list, bool]:
+    """Join the other processes (if any), turn on the compilation cache and start JAX's
+    backend; returns (the devices, whether this is process 0, the one that reports)."""
+    _join_processes(args)
+    import jax
+
+    import jaxflowers as jf
+    from jaxflowers.parallel.data_parallel import select_devices
+
+    jf.enable_compilation_cache()  # a second run loads its compiled programs
+    devices = select_devices("auto", args.devices)  # starts the backend
+    return devices, jax.process_index() == 0  # every process has the same results
+
+
+def _check_outputs(args) -> None:
+    """Raise ``OSError`` naming the flag unless every folder the run will write to can be
+    written (each is created if missing)."""
+    from jaxflowers.host.files import unwritable
+
+    if args.save and os.path.isdir(args.save):
+        raise IsADirectoryError(f"--save {args.save} is a folder; give a file name, such as "
+                                f"{os.path.join(args.save, 'net.zip')}")
+    folders = {"--out": args.out, "--checkpoint-dir": args.checkpoint_dir,
+               "--save": args.save and (os.path.dirname(os.path.abspath(args.save)))}
+    for flag, folder in folders.items():
+        problem = folder and unwritable(folder)
+        if problem:
+            raise OSError(f"{flag}: cannot write into {os.path.abspath(folder)} ({problem})")
+
+
+def _chosen_recipe(args):
+    """``--recipe``, or the one that ``--data``/``--model`` imply (a bad name fails here,
+    before anything is loaded)."""
+    from jaxflowers import recipes
+
+    if args.recipe:
+        return recipes.recipe(args.recipe)
+    return recipes.recipe_for(args.data or "digits", args.model)
+
+
+def _load_sets(data: str, model_name: str, seed: int, fraction: float = 0.9):
+    """(training set, test set, one line saying where each comes from) for ``--data``."""
+    from jaxflowers import recipes
+
+    parts = [os.path.join(data, part) for part in ("train", "test")]
+    if all(os.path.isdir(part) for part in parts):  # the layout the sweep reads too
+        train, test = (recipes.load_data(part, model=model_name) for part in parts)
+        if tuple(train.class_names) != tuple(test.class_names):
+            raise ValueError(f"{parts[1]} has the classes {tuple(test.class_names)} but "
+                             f"{parts[0]} has {tuple(train.class_names)}; both need the same "
+                             "class folders")
+        return train, test, (f"Data: {data} holds train/ and test/: training on train/ "
+                             f"({len(train)} images), testing on test/ ({len(test)} images)")
+    whole = recipes.load_data(data, model=model_name)
+    train, test = whole.split_each_label(fraction, seed=seed)
+    share = round(100 * fraction)
+    return train, test, (f"Data: {data}, {len(whole)} images of {len(whole.class_names)} "
+                         f"classes split {share}/{100 - share} per class (seed {seed}): "
+                         f"training on {len(train)}, testing on {len(test)}")
+
+
+def _recipe(args, recipe, model_name: str, device_count: int, train_set, test_set):
+    """(model, TrainingOptions) of the recipe, with the flags applied."""
+    from jaxflowers import recipes
+
+    model = recipes.build_model(model_name, len(train_set.class_names), depth=args.depth)
+    common = dict(validation_data=test_set, seed=args.seed, verbose=not args.quiet,
+                  **_checkpointing(args))
+    if args.epochs:
+        common["max_epochs"] = args.epochs
+    opts = recipe.options(device_count, len(train_set), batch_size=args.batch_size, **common)
+    if args.learn_rate:
+        opts = opts.replace(initial_learn_rate=args.learn_rate)
+    return model, opts
+
+
+def _execution(args) -> dict:
+    """``ExecutionOptions`` fields of the flags (which devices, how the step is mapped over
+    them), which ``predict`` takes too."""
+    return {"num_devices": args.devices, "strategy": args.strategy}
+
+
+def _checkpointing(args) -> dict:
+    """The ``TrainingOptions`` fields of ``--checkpoint-*`` (none without a folder)."""
+    if not args.checkpoint_dir:
+        return {}
+    return {"checkpoint_path": args.checkpoint_dir,
+            "checkpoint_frequency": args.checkpoint_frequency,
+            "checkpoint_frequency_unit": args.checkpoint_frequency_unit}
+
+
+def _resume(args) -> dict:
+    """``train``'s ``resume`` argument of ``--resume``."""
+    return {"resume": args.checkpoint_dir} if args.resume else {}
+
+
+def _keep(args, net, info, main_process: bool) -> tuple[str, ...]:
+    """Write metrics.csv and (``--save``) the network, on process 0; raise
+    :class:`Interrupted` or :class:`Diverged` when training did not finish (in every
+    process, so all of them stop). Returns what was written."""
+    from jaxflowers.training import loop
+
+    metrics = os.path.join(args.out, "metrics.csv")
+    if main_process:
+        info.to_csv(metrics)
+    if info.stop_reason == loop.INTERRUPTED:
+        where = (f"the checkpoint is in {info.checkpoint} (continue with --resume)"
+                 if info.checkpoint else "no checkpoint was written (--checkpoint-dir DIR "
+                                         "keeps one)")
+        raise Interrupted(f"interrupted after iteration {len(info.loss)}: {where}; history in "
+                          f"{metrics}")
+    if info.diverged:
+        raise Diverged(f"{info.stop_reason}; the history is in {metrics}")
+    if not main_process:
+        return ()
+    print(f"Metrics: {metrics}")
+    if not args.save:
+        return (metrics,)
+    print(f"Network saved to {net.save(args.save)}")
+    return metrics, args.save
+
+
+class Diverged(RuntimeError):
+    """Training stopped on a loss or gradient that was not finite."""
+
+
+def _report(info, clock: list[float], accuracy: float, test_count: int) -> None:
+    print(f"Compile {info.compile_time:.1f} s, training {info.train_time:.1f} s "
+          f"({info.images_per_second:,.0f} images/s on {info.num_devices} device(s))")
+    start_up, load, trained, predict = (b - a for a, b in zip(clock[:-1], clock[1:]))
+    print(f"Seconds: JAX start-up {start_up:.1f}, data {load:.1f}, placing and "
+          f"initialising {trained - info.compile_time - info.train_time:.1f}, compile "
+          f"{info.compile_time:.1f}, training {info.train_time:.1f}, prediction {predict:.1f}")
+    print(f"Test accuracy: {100 * accuracy:.2f}% ({test_count} images)")

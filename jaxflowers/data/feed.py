@@ -1,0 +1,176 @@
+"""The iteration plan both feeds share, the resident feed, and the choice between feeds.
+
+The host decides once, before training, which samples form every iteration's mini-batch
+(seeded, per-epoch permutations; the last partial batch of each epoch dropped, as MATLAB
+does). A set that fits the device memory budget is resident: the training program copies
+it to every device once and its step gathers each batch there, so no image crosses the
+host-device link after the first copy. A larger one streams through grain
+(:mod:`jaxflowers.data.stream`) in the same plan, so both feeds train the same numbers.
+Feeds only supply host arrays; placing them and compiling the step is
+``program.TrainProgram``'s job, so nothing here knows about devices beyond their memory.
+
+With several processes (``jaxflowers.distributed.initialize``) every process holds the whole host set
+and draws the same plan (it is seeded); a resident set is copied to each device of every
+process, which then gathers its own columns of each batch, exactly as on one process.
+Copying the set to every device is what resident means anyway, so this costs no more
+device memory than one host with as many devices; the alternative (each process keeping
+only the rows its devices need) would make the gather a cross-host exchange.
+"""
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import numpy as np
+
+# "auto" keeps a set resident when it takes at most this share of a device's memory: the
+# rest is for parameters, optimizer state and activations.
+_DEVICE_FRACTION = 0.4
+# Devices that report no memory limit (CPU) share the host's memory; this much of it,
+# split among them.
+_HOST_BUDGET = 8 * 2**30
+# Bytes per device the resident set may take, overriding the rule above (tests, tuning).
+BUDGET_ENV = "JAXFLOWERS_DEVICE_MEMORY_BUDGET"
+
+
+class Placement(NamedTuple):
+    """Where the training set lives: ``kind`` "resident" or "stream", and why."""
+
+    kind: str
+    nbytes: int  # bytes the set takes on every device when resident
+    budget: int  # bytes per device "auto" allows
+
+    def describe(self) -> str:
+        where = "resident on every device" if self.kind == "resident" else "streamed from host"
+        return f"data {where} ({_size(self.nbytes)}, budget {_size(self.budget)} per device)"
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def choose_placement(requested: str, data, devices) -> Placement:
+    """Resolve ``TrainingOptions.data_placement`` for ``data`` on ``devices``.
+
+    Args:
+      requested: "resident", "stream", or "auto" (resident when the uint8 images and
+        int32 labels fit :func:`device_memory_budget`, else stream).
+      data: an image set with ``images`` (N, H, W, C) uint8 (only its shape is used: a
+        memory map is not read, a folder's subset not gathered).
+      devices: this process's devices the set would be replicated on.
+
+    Returns:
+      A :class:`Placement`.
+    """
+    nbytes = len(data) * (int(np.prod(image_shape(data))) + 4)
+    budget = device_memory_budget(devices)
+    kind = requested
+    if requested == "auto":
+        kind = "resident" if nbytes <= budget else "stream"
+    return Placement(kind, nbytes, budget)
+
+
+def image_shape(data) -> tuple[int, ...]:
+    """(H, W, C) of an image set's images, without reading (or gathering) them when the set
+    knows it (``ImageSet`` and ``ImageFolder`` have ``image_shape``)."""
+    shape = getattr(data, "image_shape", None)
+    return tuple(shape) if shape is not None else tuple(data.images.shape[1:])
+
+
+def device_memory_budget(devices) -> int:
+    """Bytes of each device's memory a resident training set may take.
+
+    ``$JAXFLOWERS_DEVICE_MEMORY_BUDGET`` if set; else 40% of the smallest device memory
+    limit (``memory_stats()["bytes_limit"]``); else 8 GiB of host memory split among the
+    devices (CPU devices report no limit and hold one copy each in the same RAM).
+    """
+    override = os.environ.get(BUDGET_ENV)
+    if override:
+        return int(override)
+    limits = [_bytes_limit(d) for d in devices]
+    if all(limits):
+        return int(_DEVICE_FRACTION * min(limits))
+    return _HOST_BUDGET // len(devices)
+
+
+def _bytes_limit(device) -> int | None:
+    try:
+        stats = device.memory_stats()
+    except Exception:  # backends without memory statistics raise rather than return None
+        return None
+    return (stats or {}).get("bytes_limit")
+
+
+def steps_per_epoch(num_samples: int, mini_batch_size: int) -> int:
+    """Whole mini-batches in one epoch (the partial last one is dropped)."""
+    return num_samples // mini_batch_size
+
+
+def epoch_order(num_samples: int, mini_batch_size: int, num_epochs: int, shuffle: str,
+                seed: int) -> np.ndarray:
+    """int32 (num_epochs * steps_per_epoch, mini_batch_size): sample indices per iteration.
+
+    ``shuffle``: "once" draws one permutation for all epochs, "every-epoch" a new one per
+    epoch, "never" keeps the data order. The plan depends only on the arguments, not on
+    the number of devices, so 1 and N devices see the same global batches.
+    """
+    steps = steps_per_epoch(num_samples, mini_batch_size)
+    rng = np.random.default_rng(seed)
+    once = rng.permutation(num_samples) if shuffle == "once" else np.arange(num_samples)
+    epochs = []
+    for _ in range(num_epochs):
+        perm = rng.permutation(num_samples) if shuffle == "every-epoch" else once
+        epochs.append(perm[:steps * mini_batch_size].reshape(steps, mini_batch_size))
+    return np.concatenate(epochs).astype(np.int32)
+
+
+def channel_stats(images: np.ndarray, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and standard deviation (float32 (C,)) of uint8 (N, H, W, C) images.
+
+    Read in chunks so a memory-mapped set is never turned into floats whole. (A resident
+    set is measured on its devices instead: ``TrainProgram.channel_stats``.)
+    """
+    channels = images.shape[-1]
+    total, squares, count = np.zeros(channels), np.zeros(channels), 0
+    for start in range(0, len(images), chunk):
+        block = np.asarray(images[start:start + chunk], dtype=np.float64).reshape(-1, channels)
+        total += block.sum(0)
+        squares += np.square(block).sum(0)
+        count += len(block)
+    return stats_from_moments(total, squares, count)
+
+
+def stats_from_moments(total, squares, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, std) float32 from per-channel sums of values and of squares over ``count``
+    values; a std below 1 (a near-constant channel) is taken as 1."""
+    mean = np.asarray(total, np.float64) / count
+    std = np.sqrt(np.maximum(np.asarray(squares, np.float64) / count - mean**2, 0.0))
+    return mean.astype(np.float32), np.maximum(std, 1.0).astype(np.float32)
+
+
+class ResidentData:
+    """A training set to be copied once to every device, and its iteration plan.
+
+    Attributes:
+      data: the image set (its ``images`` are read when ``host_arrays`` is called, a
+        folder's subset gathered then).
+      shape: (N, H, W, C) of the images (known without reading them).
+      order: int32 (iterations, global batch) sample indices per iteration.
+      steps_per_epoch: iterations per epoch.
+    """
+
+    kind = "resident"
+
+    def __init__(self, data, *, mini_batch_size: int, num_epochs: int, shuffle: str, seed: int):
+        self.data = data
+        self.order = epoch_order(len(data), mini_batch_size, num_epochs, shuffle, seed)
+        self.shape = (len(data), *image_shape(data))
+        self.steps_per_epoch = steps_per_epoch(len(data), mini_batch_size)
+
+    def host_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(images uint8 (N, H, W, C), labels int32 (N,), order int32), read from the set."""
+        return (np.asarray(self.data.images), np.asarray(self.data.labels, np.int32),
+                self.order)
+
+    def close(self) -> None:
+        """Nothing to release (the streamed feed stops its readers here)."""

@@ -1,0 +1,40 @@
+"""Start a module of this package as a process of its own: ``python -m jaxflowers.X``.
+
+The one way jaxflowers starts its helper processes (the sweep's workers, the resize
+cache's decode processes): the same interpreter, with the folder holding ``jaxflowers``
+first on ``PYTHONPATH``, so a source checkout that is not installed works too.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Mapping
+
+# The folder holding the ``jaxflowers`` package.
+PACKAGE_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
+
+
+def package_path(pythonpath: str | None) -> str:
+    """``pythonpath`` (a PYTHONPATH value, or None) with ``PACKAGE_ROOT`` in front."""
+    parts = [p for p in (pythonpath or "").split(os.pathsep) if p and p != PACKAGE_ROOT]
+    return os.pathsep.join([PACKAGE_ROOT, *parts])
+
+
+def start_module(module: str, *args: str, env: Mapping[str, str] | None = None,
+                 **popen) -> subprocess.Popen:
+    """``subprocess.Popen([python, "-m", module, *args], **popen)`` able to import jaxflowers.
+
+    Args:
+      module: e.g. "jaxflowers.sweep.backends.worker".
+      *args: its command-line arguments.
+      env: its environment (default: this process's); PYTHONPATH gains ``PACKAGE_ROOT``.
+      **popen: further ``subprocess.Popen`` arguments (stdin, stdout, pass_fds, ...).
+
+    Returns:
+      The started ``subprocess.Popen``.
+    """
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = package_path(env.get("PYTHONPATH"))
+    return subprocess.Popen([sys.executable, "-m", module, *args], env=env, **popen)

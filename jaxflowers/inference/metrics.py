@@ -1,0 +1,62 @@
+"""Validation scores from the validation set's logits: loss, accuracy and MATLAB's metrics.
+
+The logits come back from the sharded forward pass exactly (every sample once, on any
+number of devices), so every score here is computed over the whole set on the host, in one
+go: no per-batch or per-device averaging that could weigh samples unevenly.
+
+Units follow MATLAB: accuracy in percent; F-score, precision, recall and AUC as fractions in
+[0, 1], each the macro average over classes (the unweighted mean of the per-class values,
+over the classes present among the labels or the predictions; AUC one-vs-rest over the
+classes present among the labels).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from jaxflowers.inference.labels import log_softmax
+
+# Whether a larger value is better, per objective.
+MAXIMISED = {"loss": False, "accuracy": True, "fscore": True, "precision": True,
+             "recall": True, "auc": True}
+
+
+def score(logits: np.ndarray, labels: np.ndarray, names=()) -> dict[str, float]:
+    """Cross-entropy ``"loss"``, ``"accuracy"`` (%) and each metric in ``names``.
+
+    Args:
+      logits: float (n, C), row i for sample i.
+      labels: int (n,) true classes.
+      names: metric names among "accuracy", "fscore", "precision", "recall", "auc".
+
+    Returns:
+      ``{"loss": ..., "accuracy": ..., name: ...}`` as Python floats.
+    """
+    log_probs = log_softmax(logits)
+    labels = np.asarray(labels, np.int64)
+    predicted = np.argmax(log_probs, axis=1)
+    scores = {"loss": float(-np.mean(log_probs[np.arange(len(labels)), labels])),
+              "accuracy": 100.0 * float(np.mean(predicted == labels))}
+    for name in names:
+        if name != "accuracy":
+            scores[name] = _metric(name, labels, predicted, np.exp(log_probs))
+    return scores
+
+
+def _metric(name: str, labels, predicted, probabilities) -> float:
+    from sklearn import metrics  # scikit-learn loads only when a metric is asked for
+
+    if name == "auc":
+        return _macro_auc(labels, probabilities)
+    fn = {"fscore": metrics.f1_score, "precision": metrics.precision_score,
+          "recall": metrics.recall_score}[name]
+    return float(fn(labels, predicted, average="macro", zero_division=0))
+
+
+def _macro_auc(labels: np.ndarray, probabilities: np.ndarray) -> float:
+    """Mean one-vs-rest ROC AUC over the classes that occur among ``labels`` (a class with
+    no positive or no negative sample has no AUC); NaN when there are none."""
+    from sklearn.metrics import roc_auc_score
+
+    areas = [roc_auc_score(labels == c, probabilities[:, c]) for c in np.unique(labels)
+             if 0 < np.sum(labels == c) < len(labels)]
+    return float(np.mean(areas)) if areas else float("nan")

@@ -1,0 +1,56 @@
+"""``predict`` (MATLAB's ``minibatchpredict``) and ``classify``, split over every device.
+
+Every sample is scored exactly once on any number of devices (``forward.ForwardPass``
+pads and cuts), and with several processes every process receives every score.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from jaxflowers.inference.forward import ForwardPass
+from jaxflowers.inference.labels import Labels, log_softmax, scores_to_labels
+from jaxflowers.parallel.data_parallel import DataParallel, select_devices
+
+
+def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str = "auto",
+            num_devices: int | None = None, strategy: str = "shard_map") -> np.ndarray:
+    """Class scores for every image, split over the devices (``minibatchpredict``).
+
+    Args:
+      net: a ``TrainedNet`` from ``train``.
+      data: an image set (anything with ``images``) or a uint8 array (n, H, W, C).
+      mini_batch_size: images per device per forward pass.
+      execution_environment: which devices, as in ``TrainingOptions``.
+      num_devices, strategy: as in ``ExecutionOptions``.
+
+    Returns:
+      float32 (n, num_classes) softmax scores, row i for image i; (0, num_classes) for no
+      images. With several processes
+      (``jaxflowers.distributed.initialize``) every process calls it with the same images and receives
+      all the scores.
+    """
+    images = np.asarray(getattr(data, "images", data))
+    if images.dtype != np.uint8 or images.ndim != 4:
+        raise ValueError(f"predict needs uint8 images (n, H, W, C); got {images.dtype} "
+                         f"{images.shape}")
+    if images.shape[1:] != tuple(net.input_shape):
+        raise ValueError(f"predict: images are {images.shape[1:]} but the network was trained "
+                         f"on {tuple(net.input_shape)}")
+    if len(images) == 0:  # nothing to split over the devices; no program to compile
+        return np.zeros((0, len(net.class_names)), np.float32)
+    parallel = DataParallel(select_devices(execution_environment, num_devices), strategy)
+    # Right after ``train`` (same devices, batch and image count) this is its validation
+    # pass, already traced and compiled.
+    forward = ForwardPass(parallel, net.model, net.dtype, mini_batch_size)
+    variables = parallel.put(net.variables)
+    stats = parallel.put(tuple(np.asarray(s, np.float32) for s in net.normalization))
+    logits = forward.logits(variables, forward.place(images), stats)
+    # On the host: the logits are here already, and an eager softmax on the devices would
+    # compile several small programs in every run.
+    return np.exp(log_softmax(logits)).astype(np.float32)
+
+
+def classify(net, data, **kwargs) -> tuple[Labels, np.ndarray]:
+    """Predicted labels and scores (``classify``); keyword arguments as ``predict``."""
+    scores = predict(net, data, **kwargs)
+    return scores_to_labels(scores, net.class_names), scores

@@ -1,0 +1,85 @@
+"""How a training runs on the hardware, apart from what it learns: ``ExecutionOptions``.
+
+``TrainingOptions`` holds what MATLAB's ``trainingOptions`` holds. Everything here only
+chooses how that recipe is executed (which devices, how the step is wrapped, the compute
+precision, how many iterations one dispatch runs, where the training set lives, how the
+parameters are stored during the update). Every field has an "auto" that suits the device,
+resolved by :meth:`ExecutionOptions.resolve` once the devices are known. Imports no JAX.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+from jaxflowers.options.validate import check_bool, check_choice, check_int
+
+STRATEGIES = ("shard_map", "pmap")
+PRECISIONS = ("auto", "float32", "bfloat16")
+PLACEMENTS = ("auto", "resident", "stream")
+PARAMETER_LAYOUTS = ("auto", "tree", "flat")
+# Images with fewer pixels than this run several iterations per dispatch on accelerators.
+_SMALL_IMAGE_PIXELS = 96 * 96
+_SMALL_IMAGE_BLOCK = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionOptions:
+    """How ``train`` executes; the defaults ("auto") suit the devices found.
+
+    Validated on construction: a bad value raises ``ValueError`` naming the field.
+    """
+
+    num_devices: int | None = None  # use only the first N devices (per process); None: all
+    strategy: str = "shard_map"  # how the per-device step is wrapped: "shard_map" or "pmap"
+    precision: str = "auto"  # compute dtype: "float32", "bfloat16"; "auto": bf16 on GPUs
+    sync_batch_norm: bool = False  # batch-norm statistics over the global batch
+    steps_per_dispatch: int | None = None  # iterations per compiled call; None: by image size
+    data_placement: str = "auto"  # "resident" on every device, "stream" from host; "auto": by size
+    parameter_layout: str = "auto"  # update on one vector ("flat") or per leaf ("tree"); "auto": flat on GPUs
+
+    def __post_init__(self):
+        check_choice(self, "strategy", STRATEGIES)
+        check_choice(self, "precision", PRECISIONS)
+        check_choice(self, "data_placement", PLACEMENTS)
+        check_choice(self, "parameter_layout", PARAMETER_LAYOUTS)
+        check_bool(self, "sync_batch_norm")
+        check_int(self, "num_devices", minimum=1, optional=True)
+        check_int(self, "steps_per_dispatch", minimum=1, optional=True)
+
+    def replace(self, **changes) -> "ExecutionOptions":
+        """A copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def resolve(self, platform: str, image_shape, *, streamed: bool) -> "Resolved":
+        """The concrete choices for ``platform`` ("cpu", "gpu", ...) and (H, W, C) inputs.
+
+        * precision "auto": bfloat16 on accelerators (tensor cores), float32 on CPUs.
+        * steps per dispatch: 1 for a streamed set (a batch arrives per iteration) and on
+          CPUs (XLA:CPU runs convolutions inside loops much slower than outside); on
+          accelerators 16 for small images, so Python never paces the device, and 1 for
+          large ones, whose step outlasts its dispatch.
+        * layout "auto": one vector on GPUs (one all-reduce and one optimizer update
+          instead of one per parameter leaf), per leaf on CPUs (where XLA runs the
+          vector update slower).
+        """
+        accelerator = platform != "cpu"
+        precision = self.precision
+        if precision == "auto":
+            precision = "bfloat16" if accelerator else "float32"
+        block = self.steps_per_dispatch
+        if streamed:
+            block = 1
+        elif block is None:
+            small = image_shape[0] * image_shape[1] < _SMALL_IMAGE_PIXELS
+            block = _SMALL_IMAGE_BLOCK if small and accelerator else 1
+        flat = self.parameter_layout == "flat" or (self.parameter_layout == "auto"
+                                                   and platform == "gpu")
+        return Resolved(precision, block, flat)
+
+
+class Resolved(NamedTuple):
+    """``ExecutionOptions`` with every "auto" decided for one set of devices."""
+
+    precision: str  # "float32" or "bfloat16"
+    steps_per_dispatch: int
+    flat_parameters: bool

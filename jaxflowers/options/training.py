@@ -1,0 +1,205 @@
+"""Training options (MATLAB's ``trainingOptions``) and the multi-GPU scaling rule."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Callable
+
+from jaxflowers import schedules
+from jaxflowers.data.augment import Augmentation
+from jaxflowers.options.validate import check_choice, check_float, check_int
+
+SOLVERS = ("sgdm", "rmsprop", "adam")
+SHUFFLES = ("once", "every-epoch", "never")
+ENVIRONMENTS = ("auto", "cpu", "gpu", "multi-gpu")
+PLOTS = ("none", "training-progress")
+CHECKPOINT_UNITS = ("epoch", "iteration")
+THRESHOLD_METHODS = ("l2norm", "global-l2norm", "absolute-value")
+OUTPUT_NETWORKS = ("auto", "last-iteration", "best-validation")
+METRICS = ("accuracy", "fscore", "precision", "recall", "auc")
+BN_STATISTICS = ("population", "moving")
+# MATLAB's defaults per solver: InitialLearnRate, SquaredGradientDecayFactor.
+DEFAULT_LEARN_RATE = {"sgdm": 0.01, "rmsprop": 0.001, "adam": 0.001}
+DEFAULT_SQUARED_DECAY = {"rmsprop": 0.9, "adam": 0.999}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingOptions:
+    """Everything ``train`` needs besides data and model; MATLAB names in snake case.
+
+    Validated on construction: a bad value raises ``ValueError`` naming the field, the value
+    and what is allowed. Derived values (per-device batch, steps per epoch, schedule
+    boundaries) are computed by the trainer, not stored. How the run executes (devices,
+    precision, dispatch size, data placement) is ``ExecutionOptions``'s business.
+    """
+
+    solver: str = "sgdm"  # "sgdm" (SGD with momentum), "rmsprop" or "adam"
+    initial_learn_rate: float | None = None  # None: MATLAB's default, 0.01 sgdm / 0.001 others
+    mini_batch_size: int = 128  # global mini-batch, split evenly over the devices
+    max_epochs: int = 30  # full passes over the training data
+    shuffle: str = "once"  # "once", "every-epoch" or "never"
+    l2_regularization: float = 1e-4  # L2 factor on every parameter (coupled, as MATLAB)
+    momentum: float = 0.9  # sgdm only
+    gradient_decay_factor: float = 0.9  # adam beta1
+    squared_gradient_decay_factor: float | None = None  # None: 0.9 rmsprop, 0.999 adam
+    epsilon: float = 1e-8  # rmsprop and adam denominator offset
+    gradient_threshold: float = math.inf  # clip gradients beyond this (inf: never)
+    gradient_threshold_method: str = "l2norm"  # or "global-l2norm", "absolute-value"
+    learn_rate_schedule: Any = "none"  # a schedules.NAMES name, a schedules object, or a sequence
+    learn_rate_drop_factor: float = 0.1  # piecewise: multiply the rate by this ...
+    learn_rate_drop_period: int = 10  # ... every this many epochs
+    validation_data: Any = None  # an image set evaluated during training, or None
+    validation_frequency: int = 50  # iterations between validations
+    validation_patience: float = math.inf  # validations without a better objective that stop it
+    objective_metric_name: str = "loss"  # what patience and the best network go by
+    metrics: tuple[str, ...] = ()  # validation metrics among METRICS (macro over classes)
+    output_network: str = "auto"  # "last-iteration", "best-validation"; "auto": best if validating
+    batch_normalization_statistics: str = "population"  # or "moving"; population: a pass at the end
+    augmentation: Augmentation | None = None  # applied on the device to training batches
+    execution_environment: str = "auto"  # "auto", "cpu", "gpu" or "multi-gpu"
+    verbose: bool = True  # print MATLAB's progress table
+    verbose_frequency: int = 50  # iterations between table rows
+    plots: str = "none"  # "none" or "training-progress" (live in Jupyter)
+    plots_path: str | os.PathLike | None = None  # the plot's file; None: training_progress.png
+    log_dir: str | os.PathLike | None = None  # folder for TensorBoard scalars (needs tensorboardX)
+    output_fn: Callable[[dict], Any] | None = None  # called per iteration; True stops training
+    seed: int = 0  # initialisation, shuffling and augmentation
+    checkpoint_path: str | os.PathLike | None = None  # folder for checkpoints; None: none
+    checkpoint_frequency: int = 1  # save every this many checkpoint_frequency_unit
+    checkpoint_frequency_unit: str = "epoch"  # "epoch" or "iteration"
+    checkpoint_keep: int = 3  # newest checkpoints kept in checkpoint_path (older ones removed)
+
+    def __post_init__(self):
+        check_choice(self, "solver", SOLVERS)
+        check_choice(self, "shuffle", SHUFFLES)
+        if isinstance(self.learn_rate_schedule, list):
+            object.__setattr__(self, "learn_rate_schedule", tuple(self.learn_rate_schedule))
+        schedules.check(self.learn_rate_schedule)
+        check_choice(self, "gradient_threshold_method", THRESHOLD_METHODS)
+        check_choice(self, "output_network", OUTPUT_NETWORKS)
+        check_choice(self, "batch_normalization_statistics", BN_STATISTICS)
+        check_choice(self, "execution_environment", ENVIRONMENTS)
+        check_choice(self, "plots", PLOTS)
+        check_choice(self, "checkpoint_frequency_unit", CHECKPOINT_UNITS)
+        for name in ("mini_batch_size", "max_epochs", "learn_rate_drop_period",
+                     "validation_frequency", "verbose_frequency", "checkpoint_frequency",
+                     "checkpoint_keep"):
+            check_int(self, name, minimum=1)
+        check_int(self, "seed", minimum=0)
+        if self.initial_learn_rate is not None:
+            check_float(self, "initial_learn_rate", low=0, low_open=True)
+        check_float(self, "l2_regularization", low=0)
+        check_float(self, "learn_rate_drop_factor", low=0, high=1)
+        for name in ("momentum", "gradient_decay_factor"):
+            check_float(self, name, low=0, high=1, high_open=True)
+        if self.squared_gradient_decay_factor is not None:
+            check_float(self, "squared_gradient_decay_factor", low=0, high=1, high_open=True)
+        check_float(self, "epsilon", low=0, low_open=True)
+        _check_positive_or_inf(self, "gradient_threshold", integer=False)
+        _check_positive_or_inf(self, "validation_patience", integer=True)
+        for name, what in (("checkpoint_path", "a folder path"), ("log_dir", "a folder path"),
+                           ("plots_path", "a file path")):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (str, os.PathLike)) or value == ""):
+                raise ValueError(f"{name}={value!r} must be {what} or None")
+        if self.augmentation is not None and not isinstance(self.augmentation, Augmentation):
+            raise ValueError(f"augmentation={self.augmentation!r} must be a "
+                             "jaxflowers.data.Augmentation or None")
+        if self.output_fn is not None and not callable(self.output_fn):
+            raise ValueError(f"output_fn={self.output_fn!r} must be callable or None")
+        _check_data(self.validation_data)
+        self._check_validation_choices()
+
+    def _check_validation_choices(self) -> None:
+        metrics = (self.metrics,) if isinstance(self.metrics, str) else self.metrics
+        if not isinstance(metrics, (tuple, list)) or any(
+                not isinstance(m, str) or m not in METRICS for m in metrics) or len(
+                set(metrics)) != len(metrics):
+            raise ValueError(f"metrics={self.metrics!r} must be distinct names among "
+                             f"{', '.join(METRICS)}")
+        object.__setattr__(self, "metrics", tuple(metrics))
+        allowed = ("loss", "accuracy", *self.metrics)
+        if self.objective_metric_name not in allowed:
+            raise ValueError(f"objective_metric_name={self.objective_metric_name!r} is not "
+                             f"allowed; use one of {', '.join(dict.fromkeys(allowed))} (a "
+                             "metric must also be in metrics)")
+        if self.validation_data is None:
+            for name, value in (("output_network", "best-validation"),
+                                ("validation_patience", self.validation_patience)):
+                if getattr(self, name) == value and value != math.inf:
+                    raise ValueError(f"{name}={value!r} needs validation_data")
+
+    @property
+    def squared_decay(self) -> float:
+        """The squared-gradient decay in force (the solver's MATLAB default when None)."""
+        if self.squared_gradient_decay_factor is None:
+            return DEFAULT_SQUARED_DECAY.get(self.solver, DEFAULT_SQUARED_DECAY["adam"])
+        return float(self.squared_gradient_decay_factor)
+
+    @property
+    def best_validation(self) -> bool:
+        """Whether ``train`` returns the best-validation network ("auto" with validation
+        data, as MATLAB)."""
+        return self.output_network == "best-validation" or (
+            self.output_network == "auto" and self.validation_data is not None)
+
+    @property
+    def learn_rate(self) -> float:
+        """The initial learning rate in force (the solver's default when none was given)."""
+        if self.initial_learn_rate is None:
+            return DEFAULT_LEARN_RATE[self.solver]
+        return float(self.initial_learn_rate)
+
+    def replace(self, **changes) -> "TrainingOptions":
+        """A copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+def scale_for_devices(options: TrainingOptions, num_devices: int | None = None, *,
+                      verbose: bool | None = None) -> TrainingOptions:
+    """The MATLAB multi-GPU example's rule: batch x N, learning rate x N.
+
+    ``options.mini_batch_size`` is read as the per-device batch; the returned options hold
+    the global batch ``mini_batch_size * N`` and a learning rate scaled linearly with the
+    global batch over that reference batch (Goyal et al. 2017).
+
+    Args:
+      options: options whose ``mini_batch_size`` is the per-device batch.
+      num_devices: N; None counts every device ``options.execution_environment`` selects.
+      verbose: print what changed (default: ``options.verbose``).
+
+    Returns:
+      New ``TrainingOptions``.
+    """
+    if num_devices is None:
+        from jaxflowers.parallel.data_parallel import select_devices  # imports JAX only when asked to count
+        num_devices = len(select_devices(options.execution_environment))
+    if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
+        raise ValueError(f"num_devices={num_devices!r} must be a positive integer")
+    scaled = options.replace(mini_batch_size=options.mini_batch_size * num_devices,
+                             initial_learn_rate=options.learn_rate * num_devices)
+    if options.verbose if verbose is None else verbose:
+        print(f"scale_for_devices: {num_devices} device(s): mini_batch_size "
+              f"{options.mini_batch_size} -> {scaled.mini_batch_size}, initial_learn_rate "
+              f"{options.learn_rate:g} -> {scaled.learn_rate:g}")
+    return scaled
+
+
+def _check_positive_or_inf(owner, name: str, *, integer: bool) -> None:
+    value = getattr(owner, name)
+    kinds = (int,) if integer else (int, float)
+    ok = not isinstance(value, bool) and (value == math.inf or (
+        isinstance(value, kinds) and value > 0 and math.isfinite(value)))
+    if not ok:
+        what = "a positive integer" if integer else "a positive number"
+        raise ValueError(f"{name}={value!r} must be {what} or math.inf")
+
+
+def _check_data(data) -> None:
+    if data is None:
+        return
+    missing = [a for a in ("images", "labels", "class_names") if not hasattr(data, a)]
+    if missing:
+        raise ValueError(f"validation_data={type(data).__name__} lacks {', '.join(missing)}; "
+                         "pass an ImageSet, an ImageFolder or None")

@@ -1,0 +1,11 @@
+"""Charts (MATLAB's ``confusionchart``, the training-progress view, the sweep's grid, speedup).
+
+Static charts use pyplot (Agg outside Jupyter, so nothing opens a window unasked); the
+live views update in place in Jupyter.
+"""
+from jaxflowers.plots.charts import ConfusionChart, confusion_chart, speedup, speedup_table
+from jaxflowers.plots.sweep_grid import SweepProgressPlot, sweep_progress
+from jaxflowers.plots.training_progress import TrainingProgressPlot, training_progress
+
+__all__ = ["ConfusionChart", "SweepProgressPlot", "TrainingProgressPlot", "confusion_chart",
+           "speedup", "speedup_table", "sweep_progress", "training_progress"]

@@ -1,0 +1,331 @@
+"""The training-progress view (MATLAB: ``trainingOptions(..., Plots="training-progress")``).
+
+Accuracy and loss against iteration (mini-batch values raw and smoothed, validation
+points), epochs shaded and labelled, and an information panel: start and elapsed time,
+epoch and iteration of the total, validation frequency and result, hardware, learning
+rate, why training stopped. ``TrainingProgressPlot`` is the live view that ``train``
+drives (``update`` per report, ``close`` with the final ``info``: last frame, saved file);
+``training_progress`` draws a finished ``info`` once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import pathlib
+import sys
+import time
+import warnings
+from collections.abc import Mapping
+
+import numpy as np
+
+from jaxflowers.plots.backend import BLUE, RED, LiveFigure, pyplot
+
+DEFAULT_PATH = "training_progress.png"  # outside Jupyter, in the working folder
+_MAX_EPOCH_LABELS = 12  # more epochs than this get every k-th label
+
+
+@dataclasses.dataclass
+class RunFacts:
+    """What the information panel says beyond ``info``; None where unknown."""
+
+    max_epochs: int | None = None
+    iterations_per_epoch: int | None = None
+    validation_frequency: int | None = None  # iterations between validations
+    hardware: str | None = None  # e.g. "4 x NVIDIA H200 (shard_map)"
+    start: float | None = None  # time.time() when training started
+    end: float | None = None  # time.time() when it ended; None while running
+
+    @property
+    def total_iterations(self) -> int | None:
+        if self.max_epochs and self.iterations_per_epoch:
+            return self.max_epochs * self.iterations_per_epoch
+        return None
+
+
+def _field(info, name: str) -> np.ndarray:
+    """``info.name`` (or ``info[name]``) as a 1-D array; empty where absent or None."""
+    value = info.get(name) if isinstance(info, Mapping) else getattr(info, name, None)
+    return np.asarray([] if value is None else value).reshape(-1)
+
+
+def _smooth(values: np.ndarray, weight: float) -> np.ndarray:
+    """Exponential moving average, bias-corrected like TensorBoard's; NaNs are skipped."""
+    out, avg, seen = np.full(len(values), np.nan), 0.0, 0
+    for i, value in enumerate(values):
+        if np.isfinite(value):
+            avg, seen = weight * avg + (1 - weight) * value, seen + 1
+        if seen:
+            out[i] = avg / (1 - weight**seen)
+    return out
+
+
+def _epoch_spans(info, facts: RunFacts) -> list[tuple[float, float, int]]:
+    """(first, last, epoch) iteration bounds of every epoch, half-way between iterations:
+    all planned epochs when the epoch length is known, else those in ``info``."""
+    ipe = facts.iterations_per_epoch
+    if ipe:
+        done = int(_field(info, "epoch").max(initial=1))
+        count = max(facts.max_epochs or done, done)
+        return [(k * ipe + 0.5, (k + 1) * ipe + 0.5, k + 1) for k in range(count)]
+    it, ep = _field(info, "iteration"), _field(info, "epoch")
+    if it.size == 0 or it.size != ep.size:
+        return []
+    starts = np.flatnonzero(np.r_[True, ep[1:] != ep[:-1]])
+    ends = np.r_[it[starts[1:]] - 0.5, it[-1] + 0.5]
+    return [(it[s] - 0.5, e, int(ep[s])) for s, e in zip(starts, ends)]
+
+
+def _draw_epochs(acc, loss, spans) -> None:
+    """Every other epoch shaded in both panels; epoch numbers on the accuracy panel's top
+    axis (every k-th one when there are many)."""
+    for ax in (acc, loss):
+        for first, last, epoch in spans[1::2]:
+            ax.axvspan(first, last, color="0.5", alpha=0.08, lw=0, gid="epoch")
+    if not spans:
+        return
+    nice = (m * 10**k for k in range(9) for m in (1, 2, 5))  # 1, 2, 5, 10, 20, 50, ...
+    every = next(step for step in nice if len(spans) <= step * _MAX_EPOCH_LABELS)
+    shown = [span for span in spans if every == 1 or span[2] % every == 0]
+    top = acc.secondary_xaxis("top")
+    top.set_gid("epochs")
+    top.set_xticks([(a + b) / 2 for a, b, _ in shown], [str(e) for *_, e in shown])
+    top.tick_params(length=0, labelsize="small")
+    top.set_xlabel("Epoch", fontsize="small")
+
+
+def _draw_curves(acc, loss, info, smoothing: float) -> None:
+    """Training (raw and smoothed) and validation values of both panels, with legends."""
+    it, val_it = _field(info, "iteration"), _field(info, "validation_iteration")
+    for ax, key, ylabel, color in ((acc, "accuracy", "Accuracy (%)", BLUE),
+                                   (loss, "loss", "Loss", RED)):
+        y, val = _field(info, key), _field(info, "validation_" + key)
+        n, m = min(it.size, y.size), min(val_it.size, val.size)
+        ax.plot(it[:n], y[:n], lw=0.6, alpha=0.4, color=color, label="Training")
+        ax.plot(it[:n], _smooth(y[:n], smoothing), lw=1.6, color=color,
+                label="Training (smoothed)")
+        ax.plot(val_it[:m], val[:m], "--o", ms=4, lw=1, color="black", label="Validation")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.25)
+    acc.set_ylim(0, 100)
+    acc.legend(loc="lower right", fontsize="small")
+    loss.legend(loc="upper right", fontsize="small")
+    loss.set_xlabel("Iteration")
+
+
+def draw_panels(acc, loss, info, facts: RunFacts | None = None, *,
+                smoothing: float = 0.8) -> None:
+    """MATLAB's accuracy and loss panels with epochs labelled, into the given Axes."""
+    facts = facts or RunFacts()
+    _draw_curves(acc, loss, info, smoothing)
+    _draw_epochs(acc, loss, _epoch_spans(info, facts))
+    if facts.total_iterations:
+        acc.set_xlim(0.5, facts.total_iterations + 0.5)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _of(value, total) -> str:
+    return f"{value}" if total is None else f"{value} of {total}"
+
+
+def info_lines(info, facts: RunFacts, *, final: bool) -> list[tuple[str, str | None]]:
+    """The information panel as (label, value) pairs; a value of None starts a section."""
+    return [*_time_lines(info, facts), *_cycle_lines(info, facts),
+            *_validation_lines(info, facts, final), *_other_lines(info, facts, final)]
+
+
+def _time_lines(info, facts: RunFacts) -> list:
+    lines: list = [("Training time", None)]
+    if facts.start is not None:
+        start = datetime.datetime.fromtimestamp(facts.start)
+        elapsed = (facts.end if facts.end is not None else time.time()) - facts.start
+        lines += [("Start time", start.strftime("%Y-%m-%d %H:%M:%S")),
+                  ("Elapsed", _clock(elapsed))]
+    elif _field(info, "train_time").size:  # a finished info drawn on its own
+        lines.append(("Elapsed", _clock(float(_field(info, "train_time")[0]))))
+    return lines
+
+
+def _cycle_lines(info, facts: RunFacts) -> list:
+    it, ep = _field(info, "iteration"), _field(info, "epoch")
+    lines = [("Training cycle", None),
+             ("Epoch", _of(int(ep[-1]) if ep.size else 0, facts.max_epochs)),
+             ("Iteration", _of(int(it[-1]) if it.size else 0, facts.total_iterations))]
+    if facts.iterations_per_epoch:
+        lines.append(("Per epoch", f"{facts.iterations_per_epoch} iterations"))
+    return lines
+
+
+def _validation_lines(info, facts: RunFacts, final: bool) -> list:
+    accuracy, loss = _field(info, "validation_accuracy"), _field(info, "validation_loss")
+    lines: list = [("Validation", None)]
+    if facts.validation_frequency:
+        lines.append(("Frequency", f"every {facts.validation_frequency} iterations"))
+    if accuracy.size and loss.size:
+        return lines + [("Accuracy", f"{accuracy[-1]:.2f}%"), ("Loss", f"{loss[-1]:.4f}")]
+    return lines + [("Accuracy", "not validated" if final else "none yet")]
+
+
+def _other_lines(info, facts: RunFacts, final: bool) -> list:
+    devices, lr = _field(info, "num_devices"), _field(info, "learn_rate")
+    reason = _field(info, "stop_reason")
+    hardware = facts.hardware or (f"{int(devices[0])} device(s)" if devices.size else "unknown")
+    return [("Other information", None), ("Hardware", hardware),
+            ("Learning rate", f"{lr[-1]:.4g}" if lr.size else "-"),
+            ("Result", None),
+            ("Stop reason", str(reason[0]) if final and reason.size else "training")]
+
+
+def _draw_info(ax, lines) -> None:
+    """The information panel: section headings in bold, then label and value columns."""
+    ax.set_axis_off()
+    step = 1.0 / (len(lines) + 1)
+    for row, (label, value) in enumerate(lines):
+        y = 1.0 - row * step
+        if value is None:
+            ax.text(0.0, y, label, weight="bold", va="top", fontsize="small",
+                    transform=ax.transAxes)
+        else:
+            ax.text(0.04, y, label, va="top", fontsize="small", color="0.3",
+                    transform=ax.transAxes)
+            ax.text(0.52, y, value, va="top", fontsize="small", transform=ax.transAxes,
+                    gid=label)
+
+
+def _draw_gpu(ax, history: dict) -> None:
+    """Utilisation (%) of each monitored GPU against seconds since the monitor started."""
+    for g, index in enumerate(history["device"]):
+        ax.plot(history["time"], history["utilization"][:, g], lw=1, label=f"GPU {index}")
+    ax.set(ylim=(0, 105), xlabel="Time (s)", ylabel="GPU use (%)")
+    ax.legend(loc="lower right", fontsize="x-small", ncols=min(len(history["device"]), 4))
+    ax.grid(alpha=0.25)
+
+
+def draw_figure(fig, info, facts: RunFacts, *, final: bool, smoothing: float = 0.8,
+                gpu: dict | None = None) -> None:
+    """The whole view into ``fig``: panels on the left (GPU use below them when given),
+    the information panel on the right."""
+    rows = 3 if gpu else 2
+    grid = fig.add_gridspec(rows, 2, width_ratios=(3.2, 1), height_ratios=(3, 3, 2)[:rows])
+    acc = fig.add_subplot(grid[0, 0])
+    acc.tick_params(labelbottom=False)
+    draw_panels(acc, fig.add_subplot(grid[1, 0], sharex=acc), info, facts,
+                smoothing=smoothing)
+    _draw_info(fig.add_subplot(grid[:, 1]), info_lines(info, facts, final=final))
+    if gpu:
+        _draw_gpu(fig.add_subplot(grid[2, 0]), gpu)
+    fig.suptitle("Training progress", fontsize="medium")
+
+
+def _summary(lines) -> str:
+    """The information panel as one line of text (the saved PNG's description)."""
+    return "; ".join(f"{label}: {value}" for label, value in lines if value is not None)
+
+
+def training_progress(info, *, ax=None, smoothing: float = 0.8):
+    """Draw accuracy and loss against iteration (MATLAB: the "training-progress" plot).
+
+    Args:
+      info: a ``TrainingInfo`` (or a mapping) with ``iteration`` (I,) int, 1-based;
+        ``epoch`` (I,) int; ``loss`` (I,) float; ``accuracy`` (I,) float, %;
+        ``learn_rate`` (I,) float; ``validation_iteration`` (V,) int; ``validation_loss``
+        and ``validation_accuracy`` (V,) float (%). Missing fields are left out.
+      ax: None for a new figure with the information panel, or a pair (accuracy Axes,
+        loss Axes) to draw only the two panels into.
+      smoothing: weight in [0, 1) of the exponential moving average drawn over the
+        mini-batch values (0: no smoothing).
+
+    Returns:
+      The matplotlib Figure: thin raw mini-batch values, a smoothed line, validation as
+      black dashed line with markers, every other epoch shaded and the epochs numbered.
+    """
+    if ax is not None:
+        draw_panels(ax[0], ax[1], info, smoothing=smoothing)
+        return ax[0].figure
+    fig = pyplot().figure(figsize=(11, 6), layout="constrained")
+    draw_figure(fig, info, RunFacts(), final=True, smoothing=smoothing)
+    return fig
+
+
+class TrainingProgressPlot(LiveFigure):
+    """The live training-progress view that ``train`` drives (``Plots="training-progress"``).
+
+    In Jupyter it shows one figure and updates it in place without blocking the loop;
+    elsewhere ``update`` only keeps the data. ``close(info)`` draws the final frame from
+    the finished ``info`` (so it agrees with the table) and saves it: to ``path``, or
+    outside Jupyter to ``training_progress.png`` in the working folder; one line says where.
+
+    Args:
+      path: where ``close`` saves the figure (PNG, PDF, SVG by extension); None: the
+        default file outside Jupyter, no file in Jupyter.
+      max_epochs, iterations_per_epoch, validation_frequency: the run's plan (ints), for
+        the x range, the epoch labels and the information panel.
+      hardware: the devices in words, e.g. "4 x NVIDIA H200 (shard_map)".
+      monitor: optional ``GPUMonitor``; once it has samples a third panel shows each GPU's
+        utilisation over time.
+      min_interval: least seconds between two redraws in Jupyter.
+      smoothing: moving-average weight, as in ``training_progress``.
+      stream: where the "saved to" line goes (default ``sys.stdout``).
+    """
+
+    def __init__(self, *, path=None, max_epochs: int | None = None,
+                 iterations_per_epoch: int | None = None,
+                 validation_frequency: int | None = None, hardware: str | None = None,
+                 monitor=None, min_interval: float = 0.5, smoothing: float = 0.8,
+                 stream=None):
+        self.monitor, self.info, self.smoothing, self.stream = monitor, None, smoothing, stream
+        self.path = None if path is None else pathlib.Path(os.fspath(path))
+        self.facts = RunFacts(max_epochs, iterations_per_epoch, validation_frequency,
+                              hardware, start=time.time())
+        self.final = False
+        super().__init__(figsize=(11, 7.5 if monitor is not None else 6),
+                         min_interval=min_interval)
+
+    def update(self, info) -> None:
+        """Take the ``TrainingInfo`` so far (fields as in ``training_progress``); cheap."""
+        self.info = info
+        self._changed()
+
+    def close(self, info=None) -> pathlib.Path | None:
+        """Draw the final frame from ``info`` (the finished ``TrainingInfo``), show it in
+        Jupyter, save it (see the class doc) and stop updating.
+
+        Returns:
+          The file written, or None (Jupyter without ``path``, or saving failed: a warning
+          says why; training's results are never lost to a plot).
+        """
+        with self._lock:
+            if info is not None:
+                self.info = info
+            self.final, self.facts.end = True, time.time()
+            self._stale = True
+            path = self.path if self.path is not None or self._jupyter else pathlib.Path(
+                DEFAULT_PATH)
+            super().close()
+            return self._save_final(path) if path is not None else None
+
+    def _save_final(self, path: pathlib.Path) -> pathlib.Path | None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            metadata = ({"Title": "Training progress", "Description": _summary(
+                info_lines(self.info or {}, self.facts, final=True))}
+                if path.suffix.lower() in ("", ".png") else None)
+            self.save(path, metadata=metadata)
+        except (OSError, ValueError) as error:
+            warnings.warn(f"the training-progress plot could not be saved to {path}: {error}",
+                          stacklevel=3)
+            return None
+        print(f"Training progress plot saved to {path.resolve()}",
+              file=self.stream or sys.stdout, flush=True)
+        return path
+
+    def _draw(self, fig) -> None:
+        gpu = self.monitor.history() if self.monitor is not None else None
+        gpu = gpu if gpu is not None and gpu["time"].size else None
+        draw_figure(fig, self.info or {}, self.facts, final=self.final,
+                    smoothing=self.smoothing, gpu=gpu)

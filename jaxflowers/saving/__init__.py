@@ -1,0 +1,1 @@
+"""A trained network as one file on disk (``TrainedNet.save``, ``jaxflowers.load``)."""

@@ -1,0 +1,1 @@
+"""Where a ``DevicePool``'s jobs run: local subprocesses or Ray tasks (``base.Backend``)."""

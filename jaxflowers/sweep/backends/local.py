@@ -1,0 +1,94 @@
+"""The local backend: one worker subprocess per job on this machine.
+
+Per job: a folder in a private scratch directory (arguments in, result out), a log file,
+a pipe for progress and two threads, one reading progress and one waiting for the exit.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import tempfile
+import threading
+import time
+
+from jaxflowers.sweep import slots as devices
+from jaxflowers.sweep.backends.base import Job, JobEvents
+from jaxflowers.sweep.backends.process import WorkerProcess, outcome, to_result, write_spec
+
+
+class LocalBackend:
+    """Runs a ``DevicePool``'s jobs as subprocesses (see ``DevicePool(backend="local")``)."""
+
+    name = "local"
+
+    def __init__(self, *, log_dir=None, memory_fraction: float | None = None):
+        self._scratch = pathlib.Path(tempfile.mkdtemp(prefix="jaxflowers-sweep-"))
+        self.log_dir = pathlib.Path(log_dir) if log_dir is not None else self._scratch / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._memory_fraction = memory_fraction
+
+    def gpus(self) -> list[str]:
+        """The visible GPUs (``devices.visible_gpus``), counted without JAX."""
+        return devices.visible_gpus()
+
+    def cpu_slots(self) -> int:
+        """CPU job slots without a GPU (``devices.default_cpu_slots``)."""
+        return devices.default_cpu_slots()
+
+    def prepare(self, reference: dict, arguments, arrays: dict) -> pathlib.Path:
+        """Write a job's folder at submit time; returns it."""
+        folder = pathlib.Path(tempfile.mkdtemp(prefix="job-", dir=self._scratch))
+        write_spec(folder, reference, arguments, arrays)
+        return folder
+
+    def discard(self, staged: pathlib.Path) -> None:
+        """Remove a job folder that will never run."""
+        shutil.rmtree(staged, ignore_errors=True)
+
+    def start(self, job: Job, slot: devices.Slot, events: JobEvents) -> None:
+        """Spawn ``job``'s worker on ``slot``; report its messages and end to ``events``."""
+        env = devices.slot_environment(slot, os.environ, memory_fraction=self._memory_fraction)
+        log_path = self.log_dir / f"job-{job.index:04d}.log"
+        job.handle = WorkerProcess(job.staged, env, log_path)
+        reader = threading.Thread(target=_forward, args=(job, events), daemon=True,
+                                  name=f"sweep-job-{job.index}-progress")
+        reader.start()
+        threading.Thread(target=self._watch, args=(job, reader, events), daemon=True,
+                         name=f"sweep-job-{job.index}-exit").start()
+
+    def kill(self, job) -> None:
+        """Stop a running job: SIGTERM its process group, SIGKILL after a second."""
+        job.handle.terminate(grace=1.0)
+
+    def kill_all(self, jobs, grace: float) -> None:
+        """Stop ``jobs`` and wait up to ``grace`` seconds before SIGKILL (used at exit)."""
+        handles = [job.handle for job in jobs if job.handle is not None]
+        for handle in handles:
+            handle.terminate(grace=grace)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(h.running() for h in handles):
+            time.sleep(0.02)
+        for handle in handles:
+            handle.kill()
+
+    def close(self) -> None:
+        """Remove the scratch folder (and the logs, unless they live in a given log_dir)."""
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    @staticmethod
+    def _watch(job: Job, reader: threading.Thread, events: JobEvents) -> None:
+        handle: WorkerProcess = job.handle
+        returncode = handle.wait()
+        reader.join(timeout=5.0)  # the pipe closes with the process group
+        try:
+            value, error = to_result(job.index, outcome(job.staged, returncode, handle.log_path))
+        except Exception as failure:  # noqa: BLE001 (e.g. the scratch folder was removed)
+            value, error = None, failure
+        shutil.rmtree(job.staged, ignore_errors=True)
+        events.finished(value, error)
+
+
+def _forward(job: Job, events: JobEvents) -> None:
+    for message in job.handle.messages():
+        events.message(message)

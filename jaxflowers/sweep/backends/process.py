@@ -1,0 +1,177 @@
+"""One worker process: start it, read its progress pipe, stop it, and read what it left.
+
+Shared by the local backend (one per job on this machine) and the Ray backend (one per Ray
+task, so both backends report crashes, exit codes and log tails the same way).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any, Iterator, Mapping
+
+from jaxflowers.host.processes import start_module
+from jaxflowers.sweep import transfer as codec
+from jaxflowers.sweep.channel import ENV_FD
+from jaxflowers.sweep.futures import JobError
+
+_log = logging.getLogger(__name__)
+
+
+def write_spec(folder: pathlib.Path, reference: dict, arguments: Any, arrays: dict,
+               sys_path: list[str] | None = None) -> None:
+    """Store a job (reference, JSON arguments, arrays, the caller's ``sys.path``, which
+    defaults to this process's) in ``folder`` for a worker."""
+    codec.write_arguments(folder, arguments, arrays)
+    sys_path = sys.path if sys_path is None else sys_path
+    spec = {**reference, "sys_path": [p for p in sys_path if isinstance(p, str)]}
+    (folder / "spec.json").write_text(json.dumps(spec))
+
+
+class WorkerProcess:
+    """``python -m jaxflowers.sweep.worker FOLDER`` in its own session.
+
+    Args:
+      folder: the job folder (``write_spec``); results and errors appear there.
+      env: the worker's environment (``devices.slot_environment``).
+      log_path: file receiving the job's stdout and stderr.
+    """
+
+    def __init__(self, folder: pathlib.Path, env: Mapping[str, str], log_path: pathlib.Path):
+        self.folder, self.log_path = folder, log_path
+        read_fd, write_fd = os.pipe()
+        env = {**env, ENV_FD: str(write_fd)}
+        try:
+            with open(log_path, "wb") as log:
+                self.proc = start_module(
+                    "jaxflowers.sweep.backends.worker", str(folder), env=env, stdin=subprocess.PIPE,
+                    stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                    start_new_session=True)
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)  # the worker holds the only write end: EOF when it is gone
+        self._pipe = os.fdopen(read_fd, "rb")
+        self._reap_lock = threading.Lock()  # no signal to a reaped (reusable) pid
+        self.returncode: int | None = None
+
+    def messages(self) -> Iterator[dict]:
+        """The job's ``report`` messages, in order, until the worker closes the pipe."""
+        with self._pipe:
+            for line in self._pipe:
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    _log.warning("dropped a malformed progress line: %r", line[:200])
+
+    def wait(self) -> int:
+        """Wait for the worker to exit, kill what it left in its group, reap; returns its
+        exit status (negative: the signal that killed it)."""
+        if hasattr(os, "waitid"):  # wait without reaping, so the group id stays ours
+            try:
+                os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:  # already reaped
+                pass
+        with self._reap_lock:
+            self._signal_group_unlocked(signal.SIGKILL)  # leftovers of the job (forked helpers...)
+            self.returncode = self.proc.wait()
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        return self.returncode
+
+    def running(self) -> bool:
+        """Whether the worker has not exited yet (checked without reaping it)."""
+        if self.returncode is not None:
+            return False
+        if not hasattr(os, "waitid"):
+            return self.proc.poll() is None
+        try:
+            return os.waitid(os.P_PID, self.proc.pid,
+                             os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            return False
+
+    def terminate(self, grace: float = 1.0) -> None:
+        """SIGTERM the worker's process group now and SIGKILL it after ``grace`` seconds."""
+        self._signal_group(signal.SIGTERM)
+        timer = threading.Timer(grace, self._signal_group, (signal.SIGKILL,))
+        timer.daemon = True
+        timer.start()
+
+    def kill(self) -> None:
+        """SIGKILL the worker's process group now."""
+        self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, signum: int) -> None:
+        with self._reap_lock:
+            self._signal_group_unlocked(signum)
+
+    def _signal_group_unlocked(self, signum: int) -> None:
+        if self.returncode is None:  # once reaped, the pid may belong to someone else
+            try:
+                os.killpg(self.proc.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def outcome(folder: pathlib.Path, returncode: int, log_path: pathlib.Path) -> dict:
+    """What a finished worker left, as JSON-able data (bytes for the arrays).
+
+    Returns:
+      ``{"status": "result", "json": str, "npz": bytes}`` after a clean exit with a result,
+      else ``{"status": "error", "reason": str, "exit_code", "signal_name", "log_tail",
+      "error_type"}``.
+    """
+    if returncode == 0 and (folder / "result.json").exists():
+        json_text, npz = codec.read_result_files(folder)
+        return {"status": "result", "json": json_text, "npz": npz}
+    error = {"status": "error", "exit_code": returncode if returncode >= 0 else None,
+             "signal_name": None, "log_tail": log_tail(log_path), "error_type": None}
+    raised = folder / "error.json"
+    if returncode == 1 and raised.exists():
+        info = json.loads(raised.read_text())
+        error.update(reason=f"raised {info['type']}: {info['message']}", error_type=info["type"])
+    elif returncode < 0:
+        name = _signal_name(-returncode)
+        hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" \
+            if name == "SIGKILL" else ""
+        error.update(reason=f"was killed by {name}{hint}", signal_name=name)
+    else:
+        error["reason"] = (f"exited with code {returncode}" if returncode else
+                           "exited without leaving a result")
+    return error
+
+
+def to_result(job_index: int, done: dict) -> tuple[Any, JobError | None]:
+    """(value, None) or (None, JobError) from an ``outcome`` dict."""
+    if done["status"] == "result":
+        try:
+            return codec.read_result_bytes(done["json"], done["npz"]), None
+        except Exception as error:  # noqa: BLE001
+            return None, JobError(job_index, f"left a result that could not be read: {error}")
+    fields = {k: done[k] for k in ("exit_code", "signal_name", "log_tail", "error_type")}
+    return None, JobError(job_index, done["reason"], **fields)
+
+
+def log_tail(path: pathlib.Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a log file ("" if it is missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

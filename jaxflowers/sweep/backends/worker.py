@@ -1,0 +1,73 @@
+"""The sweep's worker process: ``python -m jaxflowers.sweep.worker FOLDER``.
+
+FOLDER holds ``spec.json`` (job reference, job index, the caller's ``sys.path``) and the
+arguments (``args.json`` + ``.npy`` files). The worker runs the job and leaves
+``result.json``/``result.npz`` (exit 0) or ``error.json`` (exit 1) there. Progress goes to
+the pipe named by ``$JAXFLOWERS_SWEEP_REPORT_FD``; the job's prints go to stdout/stderr,
+which the pool points at the job's log file. The worker exits as soon as its parent dies:
+the parent holds the other end of stdin, so EOF there means nobody is waiting any more.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import sys
+import threading
+import traceback
+
+
+def _watch_parent() -> None:
+    """Kill this worker's process group (the job and anything it started) on stdin EOF.
+
+    PR_SET_PDEATHSIG is not used: it fires when the *thread* that spawned us ends, and the
+    pool spawns from short-lived threads.
+    """
+    try:  # raw reads: a daemon thread inside a buffered reader aborts interpreter exit
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        if os.getpgrp() == os.getpid():  # we lead our own session (start_new_session=True)
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run(folder: pathlib.Path) -> int:
+    """Run the job stored in ``folder``; returns the exit status (0 done, 1 raised)."""
+    from jaxflowers.sweep import channel
+    from jaxflowers.sweep import transfer as codec
+
+    spec = json.loads((folder / "spec.json").read_text())
+    sys.path[:0] = [p for p in spec["sys_path"] if p not in sys.path]
+    channel.connect()
+    try:
+        fn = codec.resolve_job(spec["ref"], spec.get("main_path"))
+        args = codec.rebuild_tagged(codec.read_arguments(folder))
+        codec.write_result(folder, fn(*args["args"], **args["kwargs"]))
+        return 0
+    except Exception as error:  # noqa: BLE001 (every failure is reported to the caller)
+        text = traceback.format_exc()
+        print(text, file=sys.stderr, flush=True)
+        (folder / "error.json").write_text(json.dumps(
+            {"type": type(error).__name__, "message": str(error), "traceback": text}))
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m jaxflowers.sweep.worker FOLDER``."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m jaxflowers.sweep.worker FOLDER", file=sys.stderr)
+        return 2
+    threading.Thread(target=_watch_parent, name="watch-parent", daemon=True).start()
+    status = run(pathlib.Path(argv[0]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

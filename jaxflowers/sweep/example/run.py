@@ -1,0 +1,273 @@
+"""MATLAB's "Use parfeval to Train Multiple Deep Learning Networks", end to end.
+
+``run_sweep`` trains ``cifar_net(depth)`` for several depths side by side on a
+``DevicePool`` (``parfeval``), prints a live table and feeds the sweep grid from the
+pool's progress messages (``afterEach``), fetches the networks (``fetchOutputs``), picks
+the one with the best final validation accuracy, evaluates it on the test set, prints and
+saves the results, then the confusion chart and the progress grid as PNGs.
+
+The data travel to the jobs by reference (``plan.py``). Nothing here imports JAX before
+the jobs are submitted: a caller that initialised a GPU backend first would hold memory
+on the GPUs its workers need.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import pathlib
+import sys
+import time
+from typing import Any, Mapping, Sequence, TextIO
+
+from jaxflowers import recipes
+from jaxflowers.sweep.example import report as results
+from jaxflowers.sweep.jobs import job_options, load_data, train_job
+from jaxflowers.sweep.example.data import data_plan, describe, load_sets, prepare_data
+from jaxflowers.sweep.pool import DevicePool
+from jaxflowers.sweep.example.report import JobOutcome, ProgressTable
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """What ``run_sweep`` found; per-job tuples are aligned with ``depths``."""
+
+    depths: tuple[int, ...]  # the cifar_net depth of each job
+    validation_accuracies: tuple[float | None, ...]  # final validation accuracy, %; None: failed
+    errors: tuple[str | None, ...]  # why a job failed ("cancelled", first error line,
+    #                                 "training loss is NaN at iteration k") or None
+    best_depth: int | None  # depth of the best network; None when every job failed
+    test_accuracy: float | None  # the best network's test-set accuracy, %
+    wall_time: float  # seconds, data checks to saved plots
+    confusion_path: pathlib.Path | None  # the best network's confusion chart (PNG), if saved
+    progress_path: pathlib.Path | None  # the 2 x 2 (or larger) progress grid (PNG), if saved
+    results_path: pathlib.Path | None  # sweep_results.json, if written
+    log_dir: pathlib.Path  # one log per job: its MATLAB-style table and any traceback
+    interrupted: bool = False  # Ctrl-C stopped the sweep; finished jobs are reported
+    best_net: Any = dataclasses.field(default=None, repr=False)  # the best TrainedNet
+
+
+# ---------------------------------------------------------------- the job
+
+def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
+              options_overrides: Mapping | None = None):
+    """One job of the sweep: ``cifar_net(depth)`` with the example's options (in a worker).
+
+    MATLAB: the ``trainNetwork`` call each ``parfeval`` of the example runs.
+
+    Args:
+      data: a ``plan.data_plan``; the worker loads and splits the data itself.
+      depth: convolutions per block of ``cifar_net``.
+      max_epochs: training epochs (the example: 30).
+      seed: initialisation, shuffling and augmentation.
+      options_overrides: ``TrainingOptions`` fields replacing the "sweep" recipe's,
+        as ``train_job`` takes them (``augmentation`` may be a dict); a new
+        ``mini_batch_size`` keeps validation at once per epoch.
+
+    Returns:
+      ``(net, info, test_codes)``: ``net`` and ``info`` from ``train_job``, whose progress
+      messages reach ``after_each``, and the predicted class index (int32) of every test
+      image. The job predicts its test set itself, on the GPU it already holds, so the
+      caller never starts JAX on the GPUs to test the best network.
+    """
+    import numpy as np
+
+    from jaxflowers.inference.predict import predict
+
+    train_set, validation_set, test_set = load_sets(data)
+    overrides = dict(options_overrides or {})
+    if "mini_batch_size" in overrides:  # keep validating once per epoch
+        overrides.setdefault("validation_frequency",
+                             max(1, len(train_set) // int(overrides["mini_batch_size"])))
+    options = recipes.recipe("sweep").options(1, len(train_set), max_epochs=max_epochs)
+    fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    net, info = train_job(data={"train": train_set, "validation": validation_set},
+                          model=("cifar_net", {"depth": depth}),
+                          options={**fields, **overrides}, seed=seed)
+    if info.diverged:  # never chosen as the best: nothing to test
+        return net, info, None
+    test_codes = np.argmax(predict(net, test_set), axis=1).astype(np.int32)
+    print(f"Predicted the {len(test_set)} test images", flush=True)
+    return net, info, test_codes
+
+
+# ---------------------------------------------------------------- the sweep
+
+def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epochs: int = 30,
+              devices="all", jobs_per_device: int = 1, out_dir: str | os.PathLike = ".",
+              seed: int = 0, stream: TextIO | None = None,
+              options_overrides: Mapping | None = None) -> SweepResult:
+    """Train ``cifar_net`` of each depth side by side, pick the best, test it, plot it.
+
+    MATLAB: "Use parfeval to Train Multiple Deep Learning Networks" (``parfeval`` per
+    depth, ``afterEach`` plots, ``fetchOutputs``, best by ``FinalValidationAccuracy``,
+    ``classify`` on the test set, ``confusionchart`` with row and column summaries).
+
+    Args:
+      depths: one job per depth (ints >= 1).
+      data: "digits" (embedded, offline; the default), "cifar10" or a folder (see
+        ``plan.data_plan``).
+      epochs: training epochs per job.
+      devices, jobs_per_device: the ``DevicePool``'s slots (GPUs, or CPU slots).
+      out_dir: where ``sweep_results.json``, ``metrics-job<i>.csv``, ``confusion_best.png``,
+        ``sweep_progress.png`` and ``sweep-logs/`` go.
+      seed: data splits, initialisation, shuffling and augmentation.
+      stream: where the table and results are printed (default ``sys.stdout``).
+      options_overrides: ``TrainingOptions`` (or ``ExecutionOptions``) fields to change in
+        every job, e.g. ``{"steps_per_dispatch": 1}``; checked here before any job starts.
+
+    Returns:
+      A :class:`SweepResult`. Failed, diverged or cancelled jobs are reported and never
+      chosen. Ctrl-C cancels the jobs still running, and what finished is still reported
+      and saved (``interrupted=True``).
+
+    Raises:
+      DataUnavailableError: before any job starts, when ``data`` cannot be loaded (a
+        folder with an undecodable image, too).
+      ValueError: no depth, a depth or ``epochs`` below 1, or a bad option (named).
+      OSError: ``out_dir`` cannot be created.
+    """
+    start, stream = time.perf_counter(), stream or sys.stdout
+    depths = tuple(int(d) for d in depths)
+    if not depths or min(depths) < 1 or int(epochs) < 1:
+        raise ValueError(f"run_sweep(depths={depths}, epochs={epochs}): need at least one "
+                         "depth, every depth and epochs >= 1")
+    overrides = dict(options_overrides or {})
+    job_options(overrides)  # a bad option fails here, not in every worker
+    plan = data_plan(data, seed=seed)
+    out = _output_folder(out_dir)
+    print(f"Data: {describe(plan)}", file=stream)
+    _prepare(plan, stream)  # before any job: the workers then only open finished caches
+    with DevicePool(devices, jobs_per_device, log_dir=out / "sweep-logs") as pool:
+        plot, table = _watch(pool, depths, stream, start)
+        futures = [pool.submit(depth_job, data=plan, depth=d, max_epochs=epochs, seed=seed,
+                               options_overrides=overrides) for d in depths]
+        interrupted = _wait(futures, pool, stream)
+    outputs, outcomes = _fetch(futures, depths)
+    best = results.report(outcomes, table, stream)
+    test = best_net = None
+    if best is not None:
+        best_net, _, test_codes = outputs[best]
+        test = _evaluate(best_net, test_codes, plan, depths[best], stream)
+    wall = time.perf_counter() - start
+    facts = dict(data=describe(plan), epochs=int(epochs), seed=seed, interrupted=interrupted,
+                 wall_time=wall, log_dir=str(pool.log_dir))
+    summary = results.summary(outcomes, best=best, test=test and test[0],
+                              metrics=results.write_metrics(outcomes, out), **facts)
+    results_path = out / "sweep_results.json"
+    results_path = results_path if results.write_results(results_path, summary) else None
+    progress_path, confusion_path = _save_figures(plot, test, out, stream)
+    return SweepResult(depths, tuple(o.accuracy for o in outcomes),
+                       tuple(o.error for o in outcomes), None if best is None else depths[best],
+                       test and test[0]["test_accuracy"], wall, confusion_path, progress_path,
+                       results_path, pool.log_dir, interrupted, best_net)
+
+
+def _output_folder(out_dir) -> pathlib.Path:
+    """``out_dir``, created; OSError naming it when that fails (before any job starts)."""
+    out = pathlib.Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OSError(f"cannot write the sweep's outputs to {out_dir}: "
+                      f"{error.strerror or error}") from error
+    return out
+
+
+def _prepare(plan: Mapping, stream: TextIO) -> None:
+    """``plan.prepare_data``, and one line saying how long it took."""
+    start = time.perf_counter()
+    folders = prepare_data(plan)
+    what = (f"{sum(map(len, folders)):,} images in {len(folders)} resize cache(s)" if folders
+            else "nothing to decode")
+    print(f"Prepared the data in {time.perf_counter() - start:.1f} s ({what})", file=stream,
+          flush=True)
+
+
+def _watch(pool: DevicePool, depths: tuple[int, ...], stream: TextIO,
+           start: float | None = None):
+    """Register the live table and the progress grid before any job can report; both."""
+    from jaxflowers.plots.sweep_grid import sweep_progress  # matplotlib, no JAX
+
+    plot = sweep_progress(pool, num_jobs=len(depths), titles=[f"Depth {d}" for d in depths])
+    print(f"Training {len(depths)} networks (cifar_net depths {', '.join(map(str, depths))}) "
+          f"on {pool.num_slots} slot(s) of a {pool.backend} pool; job logs in {pool.log_dir}",
+          file=stream)
+    table = ProgressTable(depths, stream, start)
+    table.header()
+    pool.after_each(table)
+    return plot, table
+
+
+def _wait(futures, pool: DevicePool, stream: TextIO) -> bool:
+    """Wait for every job; on Ctrl-C cancel those still queued or running. Returns whether
+    the sweep was interrupted."""
+    try:
+        concurrent.futures.wait(futures)
+        return False
+    except KeyboardInterrupt:
+        pool.terminate()  # (the pool's SIGINT handler has done so already)
+        print("Interrupted: the jobs still running are cancelled; reporting those that "
+              "finished", file=stream, flush=True)
+        return True
+
+
+def _fetch(futures, depths) -> tuple[list, list[JobOutcome]]:
+    """Every job's output or None, and how each job ended (a diverged run has failed).
+
+    Like ``fetch_outputs``, but a failed job costs only its own output.
+    """
+    concurrent.futures.wait(futures)
+    outputs, outcomes = [], []
+    for index, (future, depth) in enumerate(zip(futures, depths)):
+        error = "cancelled" if future.cancelled() else future.exception()
+        output = None if error else future.result()  # may import JAX: the jobs have ended
+        info = None if output is None else output[1]
+        if info is not None and info.diverged:
+            error = info.stop_reason
+        outputs.append(output)
+        outcomes.append(JobOutcome(index, depth, info,
+                                   str(error).split("\n")[0] if error else None))
+    return outputs, outcomes
+
+
+def _evaluate(net, test_codes, plan, depth: int, stream: TextIO) -> tuple[dict, Any]:
+    """Score the classes the best job predicted (``test_codes``) for the plan's test set;
+    prints the test accuracy. Returns (facts for the JSON summary, a function saving the
+    confusion chart to a path)."""
+    from jaxflowers.inference.labels import Labels, accuracy
+
+    test_set = load_sets(plan)[2] if "source" in plan else load_data(plan["test"])[0]
+    predicted = Labels(test_codes, net.class_names)
+    test_accuracy = 100.0 * accuracy(predicted, test_set.labels)
+    print(f"Test accuracy of depth {depth}: {test_accuracy:.2f}% ({len(test_set)} images)",
+          file=stream, flush=True)
+
+    def save(path):
+        from matplotlib.figure import Figure
+
+        from jaxflowers.plots import confusion_chart
+
+        figure = Figure(figsize=(9, 9), layout="tight")  # outside pyplot: nothing left open
+        confusion_chart(test_set.labels, predicted.codes, net.class_names, ax=figure.gca(),
+                        row_summary="row-normalized", column_summary="column-normalized",
+                        title=f"cifar_net depth {depth}: test accuracy {test_accuracy:.2f}%")
+        figure.savefig(path, dpi=100)
+
+    return {"test_accuracy": test_accuracy, "test_images": len(test_set)}, save
+
+
+def _save_figures(plot, test, out: pathlib.Path, stream: TextIO):
+    """Save the progress grid and the best network's confusion chart (a failure is a
+    warning); returns the paths written (None for each that failed)."""
+    saved = [out / "sweep_progress.png"]
+    if not results.save_figure(lambda path: plot.save(path, dpi=100), saved[0]):
+        saved[0] = None
+    plot.close()
+    saved.append(out / "confusion_best.png" if test else None)
+    if test and not results.save_figure(test[1], saved[1]):
+        saved[1] = None
+    written = [str(path) for path in saved if path is not None]
+    if written:
+        print(f"Saved {' and '.join(written)}", file=stream, flush=True)
+    return tuple(saved)

@@ -1,0 +1,114 @@
+"""Which GPUs a sweep may use and the environment each job slot runs under.
+
+Counting GPUs must not import JAX: the parent of a sweep spawns workers that each own a
+GPU, and a parent that initialised a GPU backend would hold memory on all of them
+(``jaxflowers.host.gpus`` reads them from ``nvidia-smi`` and ``CUDA_VISIBLE_DEVICES``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Mapping, Sequence
+
+from jaxflowers.host import gpus
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One place a job can run: a GPU (``gpu`` is its CUDA_VISIBLE_DEVICES token) or a CPU."""
+
+    index: int
+    gpu: str | None
+    jobs_per_device: int = 1
+
+
+def visible_gpus(environ: Mapping[str, str] | None = None,
+                 physical: Sequence[tuple[str, str]] | None = None) -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES tokens (indices or UUIDs).
+
+    Args:
+      environ: the environment to read ``CUDA_VISIBLE_DEVICES`` from (default ``os.environ``).
+      physical: (index, UUID) pairs (default: ``gpus.physical_gpus()``).
+
+    Returns:
+      Tokens in CUDA order (see ``gpus.visible_gpus``): every physical index when
+      ``CUDA_VISIBLE_DEVICES`` is unset, else its entries up to the first naming no GPU.
+    """
+    environ = os.environ if environ is None else environ
+    physical = gpus.physical_gpus() if physical is None else list(physical)
+    return [token for token, _ in gpus.visible_gpus(environ.get("CUDA_VISIBLE_DEVICES"),
+                                                    physical)]
+
+
+def default_cpu_slots(cpu_count: int | None = None) -> int:
+    """Concurrent CPU jobs when there is no GPU: one per 8 cores, at least 2."""
+    return max(2, (cpu_count or os.cpu_count() or 2) // 8)
+
+
+def make_slots(devices: str | int | Sequence[int | str], jobs_per_device: int,
+               gpus: Sequence[str], cpu_slots: int | None = None) -> list[Slot]:
+    """The job slots of a pool.
+
+    Args:
+      devices: "all" (every GPU in ``gpus``, or ``cpu_slots`` CPU slots when there is
+        none), an int n (the first n GPUs; n CPU slots without GPUs), or a list of GPU
+        indices/UUIDs.
+      jobs_per_device: jobs packed on each GPU (or run per CPU slot), >= 1.
+      gpus: the visible GPUs (``visible_gpus()``).
+      cpu_slots: CPU slots for "all" without GPUs (default ``default_cpu_slots()``).
+
+    Returns:
+      ``len(devices) * jobs_per_device`` slots, GPU-major so packed jobs share a GPU.
+    """
+    if isinstance(jobs_per_device, bool) or not isinstance(jobs_per_device, int) \
+            or jobs_per_device < 1:
+        raise ValueError(f"jobs_per_device={jobs_per_device!r} must be a positive integer")
+    chosen = _choose_devices(devices, list(gpus), cpu_slots or default_cpu_slots())
+    return [Slot(i * jobs_per_device + j, gpu, jobs_per_device)
+            for i, gpu in enumerate(chosen) for j in range(jobs_per_device)]
+
+
+def _choose_devices(devices, gpus: list[str], cpu_slots: int) -> list[str | None]:
+    if isinstance(devices, str):
+        if devices != "all":
+            raise ValueError(f'devices={devices!r}: use "all", a count or a list of GPU ids')
+        return list(gpus) or [None] * cpu_slots
+    if isinstance(devices, int) and not isinstance(devices, bool):
+        if devices < 1:
+            raise ValueError(f"devices={devices} must be at least 1")
+        if not gpus:
+            return [None] * devices
+        if devices > len(gpus):
+            raise ValueError(f"devices={devices} but only {len(gpus)} GPUs are visible: {gpus}")
+        return list(gpus[:devices])
+    chosen = [str(d) for d in devices]
+    missing = [d for d in chosen if d not in gpus]
+    if missing or not chosen:
+        raise ValueError(f"devices={list(devices)!r}: GPUs {missing or '[]'} are not among "
+                         f"the visible GPUs {gpus}")
+    return chosen
+
+
+def slot_environment(slot: Slot, base: Mapping[str, str], *,
+                     memory_fraction: float | None = None) -> dict[str, str]:
+    """The environment of a worker running on ``slot``.
+
+    GPU slots see only their GPU (``CUDA_VISIBLE_DEVICES``); packed slots (or an explicit
+    ``memory_fraction``) cap JAX's GPU memory with ``XLA_PYTHON_CLIENT_MEM_FRACTION``
+    (default ``0.9 / jobs_per_device``) and turn preallocation off. CPU slots get
+    ``JAX_PLATFORMS=cpu`` and no GPU. NVLink multicast stays off (``NCCL_NVLS_ENABLE=0``).
+    """
+    env = dict(base)
+    env["NCCL_NVLS_ENABLE"] = "0"
+    if slot.gpu is None:
+        env["JAX_PLATFORMS"] = "cpu"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+    env["CUDA_VISIBLE_DEVICES"] = slot.gpu
+    if slot.jobs_per_device > 1 or memory_fraction is not None:
+        fraction = memory_fraction if memory_fraction is not None else 0.9 / slot.jobs_per_device
+        if not 0 < fraction <= 1:
+            raise ValueError(f"memory_fraction={fraction!r} must lie in (0, 1]")
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:.4g}"
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    return env

@@ -1,0 +1,92 @@
+"""Optax solvers, gradient clipping and learning-rate schedules from ``TrainingOptions``.
+
+MATLAB states schedule periods in epochs; optax counts optimizer steps. The conversion happens
+here, once, from the number of iterations per epoch (``schedules.to_optax``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxflowers import schedules
+from jaxflowers.options.training import TrainingOptions
+
+
+def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int) -> optax.Schedule:
+    """The learning rate as a function of the (0-based) iteration.
+
+    "piecewise" multiplies the rate by ``learn_rate_drop_factor`` after every
+    ``learn_rate_drop_period`` epochs, i.e. at iterations ``k * period * steps_per_epoch``;
+    the other schedules are described in :mod:`jaxflowers.schedules`.
+    """
+    piecewise = schedules.Piecewise(options.learn_rate_drop_factor,
+                                    options.learn_rate_drop_period)
+    return schedules.to_optax(options.learn_rate_schedule, options.learn_rate, steps_per_epoch,
+                              options.max_epochs * steps_per_epoch, piecewise)
+
+
+def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
+                   layout: Callable[[], Any] = lambda: None) -> optax.GradientTransformation:
+    """The solver with L2 regularisation, gradient clipping and the learning-rate schedule.
+
+    L2 is added to the gradient first (``add_decayed_weights``), as MATLAB's
+    ``L2Regularization`` does for every solver; the sum is clipped (``GradientThreshold``)
+    and handed to the solver. The step applies this to the all-reduced gradient, so every
+    device clips the same gradient. Every transformation but the per-parameter "l2norm"
+    clip is elementwise; that one calls ``layout()`` when the update is traced, for the
+    ``step.FlatParams`` of a flat parameter vector (None: a parameter tree); a callable, as
+    the layout is known only once the initial state has been traced with this optimizer.
+    """
+    schedule = learn_rate_schedule(options, steps_per_epoch)
+    if options.solver == "sgdm":
+        solver = optax.sgd(schedule, momentum=options.momentum or None)
+    elif options.solver == "rmsprop":
+        # MATLAB divides by sqrt(v) + epsilon, optax by default by sqrt(v + epsilon).
+        solver = optax.rmsprop(schedule, decay=options.squared_decay, eps=options.epsilon,
+                               eps_in_sqrt=False)
+    else:
+        solver = optax.adam(schedule, b1=options.gradient_decay_factor,
+                            b2=options.squared_decay, eps=options.epsilon)
+    chain = []
+    if options.l2_regularization:
+        chain.append(optax.add_decayed_weights(options.l2_regularization))
+    if not math.isinf(options.gradient_threshold):
+        chain.append(_clip(options.gradient_threshold_method, options.gradient_threshold,
+                           layout))
+    return optax.chain(*chain, solver) if chain else solver
+
+
+def _clip(method: str, threshold: float, layout: Callable) -> optax.GradientTransformation:
+    """MATLAB's ``GradientThresholdMethod``: "global-l2norm" scales the whole gradient to
+    an L2 norm of at most ``threshold``; "absolute-value" clips every element to
+    ``[-threshold, threshold]``; "l2norm" scales each parameter tensor to a norm of at most
+    ``threshold``."""
+    if method == "global-l2norm":
+        return optax.clip_by_global_norm(threshold)
+    if method == "absolute-value":
+        return optax.clip(threshold)
+
+    def per_tensor(updates, params=None):
+        del params
+        flat = layout()
+        if flat is None:
+            return jax.tree.map(
+                lambda g: g * _shrink(jnp.sqrt(jnp.sum(jnp.square(g))), threshold), updates)
+        squares = jnp.square(updates)
+        bounds = list(zip(flat.offsets[:-1], flat.offsets[1:]))
+        norms = jnp.sqrt(jnp.stack([squares[a:b].sum() for a, b in bounds]))
+        factors = _shrink(norms, threshold)
+        # One factor per element, built from static slices: no index vector in the program.
+        return updates * jnp.concatenate([jnp.broadcast_to(factors[i], (b - a,))
+                                          for i, (a, b) in enumerate(bounds)])
+
+    return optax.stateless(per_tensor)
+
+
+def _shrink(norm, threshold: float):
+    """``min(1, threshold / norm)``: 1 for a zero norm."""
+    return jnp.minimum(1.0, threshold / jnp.maximum(norm, 1e-30))

@@ -1,0 +1,382 @@
+"""``TrainProgram``: the one owner of what a training runs on the devices.
+
+It holds the parameter layout, the shardings, the wrapping (``DataParallel.wrap``:
+``shard_map`` or ``pmap``) and the compilation of the initial state, the training block,
+the validation pass and the population-statistics pass that follows training. Feeds hand
+it host arrays, which it places. Everything that leaves it (variables, checkpoints, the
+trained network) is the model's own parameter tree: keeping the parameters as one vector
+during the update is this module's internal detail.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxflowers.training import population
+from jaxflowers.data.feed import ResidentData, channel_stats, stats_from_moments
+from jaxflowers.options.execution import Resolved
+from jaxflowers.inference.forward import ForwardPass
+from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
+from jaxflowers.options.training import TrainingOptions
+from jaxflowers.parallel.data_parallel import AXIS, REPLICATED, DataParallel, sharded
+from jaxflowers.training.step import StepConfig, TrainState, init_program, train_block, train_streamed
+
+
+@dataclasses.dataclass
+class Ready:
+    """What ``TrainProgram.prepare`` hands the loop: everything placed and compiled."""
+
+    state: TrainState  # placed on every device
+    run: Callable  # run(state, limit) -> (state, metrics): one dispatch
+    normalization: tuple[np.ndarray, np.ndarray]  # per-channel (mean, std) on the host
+    validation: Any = None  # (placed images, labels, stats) of the validation set, or None
+    population: Callable | None = None  # placed variables -> with population statistics
+
+
+class TrainProgram:
+    """Compiles and runs one training's programs on ``parallel``'s devices.
+
+    Args:
+      parallel: the devices and the wrapping strategy.
+      model: the flax module (``dtype``/``bn_axis_name`` fields set here where it has them).
+      options: the training recipe.
+      resolved: ``ExecutionOptions.resolve`` for these devices.
+      feed: ``ResidentData`` or ``StreamedData`` (host arrays only).
+      input_shape: (H, W, C) the network sees (after augmentation's crop).
+    """
+
+    def __init__(self, parallel: DataParallel, model, options: TrainingOptions,
+                 resolved: Resolved, *, feed, input_shape, sync_batch_norm: bool = False):
+        self.parallel, self.options, self.feed = parallel, options, feed
+        self.input_shape, self.block_length = tuple(input_shape), resolved.steps_per_dispatch
+        self.dtype = jnp.bfloat16 if resolved.precision == "bfloat16" else jnp.float32
+        self.model = _configure(model, self.dtype, None)  # per-device batch norm: init, forward
+        steps = feed.steps_per_epoch
+        # The per-tensor gradient clip finds each tensor in the flat vector by the layout,
+        # which the initial state's trace below decides.
+        tx = make_optimizer(options, steps, layout=lambda: self.layout)
+        # Traced once: the traced parameters also give the one-vector layout.
+        self.init = init_program(self.model, tx, self.input_shape, options.seed,
+                                 resolved.flat_parameters or None)
+        self._local_shapes = self.init.eval_shape()
+        self.state_shapes = parallel.abstract(self._local_shapes)
+        self.layout = self.init.flat
+        self.cfg = StepConfig(
+            model=_configure(model, self.dtype, AXIS if sync_batch_norm else None), tx=tx,
+            schedule=learn_rate_schedule(options, steps), augmentation=options.augmentation,
+            dtype=self.dtype, sync_batch_norm=sync_batch_norm, flat=self.layout)
+        channels = jax.ShapeDtypeStruct((feed.shape[-1],), jnp.float32)
+        self.stats_shape = parallel.abstract((channels, channels))
+        per_device = options.mini_batch_size // parallel.num_devices
+        self.forward = ForwardPass(parallel, self.model, self.dtype, per_device)
+        self._to_tree = parallel.wrap(self._tree_state, (REPLICATED,), REPLICATED)
+        self._unpack = (None if self.layout is None else
+                        parallel.wrap(self.layout.unpack, (REPLICATED,), REPLICATED))
+        self._snapshot = parallel.wrap(self._copy_variables, (REPLICATED,), REPLICATED)
+        # Population statistics: with batch norm pooled over the global batch (population.py).
+        self.recomputes_statistics = (options.batch_normalization_statistics == "population"
+                           and bool(jax.tree.leaves(self._local_shapes.batch_stats)))
+        self._population_model = _configure(model, self.dtype, AXIS)
+
+    # ------------------------------------------------------------------ preparation
+
+    def prepare(self, validation_data=None, restored: dict | None = None, start: int = 0,
+                *, checkpoints: bool = False, snapshots: bool = False) -> Ready:
+        """Place and compile everything at once, in threads: the initial (or ``restored``)
+        state, the training set and its channel statistics, the training block, the
+        validation set and pass, the population-statistics pass, and the small programs
+        that read the state in tree form (for validation, the kept networks and, with
+        ``checkpoints``, for saving). Compiling needs only shapes, so nothing waits for a
+        copy.
+
+        Args:
+          validation_data: an image set to validate on, or None.
+          restored: a tree-form state (``tree_state``'s layout, host arrays) to continue.
+          start: the iteration the run continues from (the streamed feed skips that far).
+          checkpoints: whether the run will save checkpoints.
+          snapshots: whether validations keep copies of the networks they score.
+        """
+        with concurrent.futures.ThreadPoolExecutor(6, "jaxflowers-compile") as pool:
+            state = pool.submit(self._initial_state, restored)
+            placed = pool.submit(self._place_feed, start)
+            block = pool.submit(self.lower_block().compile)  # the longest: traced first
+            stored = self.state_shapes.stored_variables()
+            readers = [pool.submit(self._compile_reader, name, shapes) for name, shapes, due in (
+                ("_unpack", stored, self._unpack is not None and (
+                    validation_data is not None or self.recomputes_statistics)),
+                ("_snapshot", stored, snapshots and validation_data is not None),
+                ("_to_tree", self.state_shapes, checkpoints)) if due]
+            passes = (pool.submit(self._population_pass) if self.recomputes_statistics
+                      else None)
+            validation = None
+            if validation_data is not None:
+                abstract = self.forward.abstract(len(validation_data), self.input_shape)
+                validation = (
+                    pool.submit(lambda: self.forward.place(np.asarray(validation_data.images))),
+                    pool.submit(self.forward.compile, self.variable_shapes(), abstract,
+                                self.stats_shape))
+            for reader in readers:
+                reader.result()
+            arrays, stats, normalization = placed.result()
+            run = self._runner(block.result(), arrays, stats)
+            ready = Ready(state.result(), run, normalization)
+            if passes is not None:
+                ready.population = functools.partial(passes.result(), arrays=arrays,
+                                                     stats=stats)
+            if validation:
+                validation[1].result()  # raises what the compilation raised
+                ready.validation = (validation[0].result(),
+                                    np.asarray(validation_data.labels, np.int64), stats)
+        return ready
+
+    def _compile_reader(self, name: str, shapes) -> None:
+        """Replace the wrapped function ``self.<name>`` by its compilation for ``shapes``."""
+        setattr(self, name, getattr(self, name).lower(shapes).compile())
+
+    def _initial_state(self, restored):
+        if restored is None:
+            return self.parallel.put(self.init())
+        return self.parallel.put(self.state_from_tree(restored))
+
+    def _place_feed(self, start: int):
+        """Placed feed arrays (resident) or the batch iterator (streamed), the placed
+        channel statistics and their host copy."""
+        if isinstance(self.feed, ResidentData):
+            images, labels, order = self.feed.host_arrays()
+            arrays = (self.parallel.put(images), self.parallel.put(labels),
+                      self.parallel.put(order, sharded(1)))
+            normalization = self._resident_stats(arrays[0])
+        else:
+            arrays = self.feed.start(start)
+            normalization = channel_stats(self.feed.data.images)
+        return arrays, self.parallel.put(normalization), normalization
+
+    def _resident_stats(self, images) -> tuple[np.ndarray, np.ndarray]:
+        """``channel_stats`` of the resident images, reduced where they already are: each
+        device sums image rows in integers (exact, so independent of the device count) and
+        the host adds those sums in int64."""
+        fn = self.parallel.wrap(_row_moments, (REPLICATED,), (REPLICATED, REPLICATED))
+        sums, squares = self.parallel.get(fn(images))
+        count = sums.shape[0] * sums.shape[1] * self.feed.shape[2]  # N * H * W
+        return stats_from_moments(sums.sum((0, 1), dtype=np.int64),
+                                  squares.sum((0, 1), dtype=np.int64), count)
+
+    def lower_block(self):
+        """The training dispatch traced against shapes (``jax.stages.Lowered``): the
+        longest compilation of a run, and what benchmarks time."""
+        state, stats = self.state_shapes, self.stats_shape
+        if isinstance(self.feed, ResidentData):
+            fn = functools.partial(train_block, cfg=self.cfg, length=self.block_length)
+            specs = (REPLICATED, REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED)
+            wrapped = self.parallel.wrap(fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
+            images, labels, limit = self.parallel.abstract((
+                jax.ShapeDtypeStruct(self.feed.shape, np.uint8),
+                jax.ShapeDtypeStruct(self.feed.shape[:1], np.int32),
+                jax.ShapeDtypeStruct((), np.int32)))
+            order = self.parallel.abstract(jax.ShapeDtypeStruct(self.feed.order.shape, np.int32),
+                                           sharded(1))
+            return wrapped.lower(state, images, labels, order, stats, limit)
+        fn = functools.partial(train_streamed, cfg=self.cfg)
+        specs = (REPLICATED, sharded(0), sharded(0), REPLICATED)
+        wrapped = self.parallel.wrap(fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
+        batch = jax.ShapeDtypeStruct(self.feed.batch_shape, np.uint8)
+        labels = jax.ShapeDtypeStruct(self.feed.batch_shape[:1], np.int32)
+        if self.parallel.multiprocess:  # the global batch: every process's columns
+            scale = self.parallel.process_count
+            batch = jax.ShapeDtypeStruct((batch.shape[0] * scale, *batch.shape[1:]), np.uint8)
+            labels = jax.ShapeDtypeStruct((labels.shape[0] * scale,), np.int32)
+        images, labels = self.parallel.abstract((batch, labels), sharded(0))
+        return wrapped.lower(state, images, labels, stats)
+
+    def _runner(self, compiled, arrays, stats) -> Callable:
+        if isinstance(self.feed, ResidentData):
+            return _ResidentRunner(self.parallel, compiled, arrays, stats)
+        return _StreamedRunner(self.parallel, compiled, arrays, stats)
+
+    # ------------------------------------------------------------------ reading the state
+
+    def variable_shapes(self):
+        """Placed shapes of the model's variables in tree form (what validation takes)."""
+        return self.parallel.abstract(self.variable_shapes_local())
+
+    def variable_shapes_local(self):
+        """Shapes of the model's variables in tree form on one device."""
+        local = self._local_shapes
+        shapes = {"params": local.params, "batch_stats": local.batch_stats}
+        return shapes if self.layout is None else jax.eval_shape(self.layout.unpack, shapes)
+
+    def variables(self, state: TrainState, *, keep: bool = False):
+        """The model's variables as a placed tree (dispatched, not waited for). With
+        ``keep``, a copy on the devices that outlives ``state`` (the next block donates
+        ``state``'s buffers)."""
+        stored = state.stored_variables()
+        if keep:
+            return self._snapshot(stored)
+        return stored if self._unpack is None else self._unpack(stored)
+
+    def host_variables(self, state: TrainState) -> dict:
+        """The model's variables as numpy arrays (fetched as stored, unravelled on the host)."""
+        stored = self.parallel.get(state.stored_variables())
+        return stored if self.layout is None else self.layout.unpack(stored)
+
+    def tree_state(self, state: TrainState):
+        """A placed copy of ``state`` in tree form, whatever the layout: parameters and the
+        solver's per-parameter state as the model's tree. Safe to keep while training goes
+        on (the next block donates ``state``, not the copy)."""
+        return self._to_tree(state)
+
+    def tree_state_shapes(self):
+        """Shapes and dtypes (no sharding) of ``tree_state``'s result."""
+        return jax.eval_shape(self._tree_state, self._local_shapes)
+
+    def state_from_tree(self, tree: dict) -> TrainState:
+        """A host ``TrainState`` in this program's layout from a tree-form state."""
+        tree = jax.tree.map(np.asarray, tree)
+        params, opt_state, batch_stats = tree["params"], tree["opt_state"], tree["batch_stats"]
+        if self.layout is not None:
+            # The flat solver state holds one vector where the tree form holds a parameter
+            # tree: cut the tree form at the flat state's leaves and ravel those subtrees.
+            ravel = functools.partial(self.layout.ravel, xp=np)
+            flat_opt = jax.eval_shape(self.cfg.tx.init, jax.ShapeDtypeStruct(
+                (self.layout.offsets[-1],), jnp.float32))
+            treedef = jax.tree.structure(flat_opt)
+            opt_state = jax.tree.unflatten(treedef, [
+                ravel(part) if self.layout.is_vector(shape) else np.asarray(part)
+                for part, shape in zip(treedef.flatten_up_to(opt_state),
+                                       jax.tree.leaves(flat_opt))])
+            params, batch_stats = ravel(params), self.layout.stats_stored(batch_stats, np)
+        return TrainState(step=tree["step"], params=params, batch_stats=batch_stats,
+                          opt_state=opt_state, key=tree["key"], halted=tree["halted"])
+
+    def _copy_variables(self, stored: dict) -> dict:
+        """Per device: a copy of the stored variables in tree form."""
+        return jax.tree.map(jnp.copy, stored if self.layout is None else
+                            self.layout.unpack(stored))
+
+    # ------------------------------------------------------------------ population statistics
+
+    def _population_pass(self) -> Callable:
+        """The compiled population pass (``population.py``) for this feed: ``run(variables,
+        *, arrays, stats)`` returns placed variables with population statistics."""
+        kwargs = dict(model=self._population_model, dtype=self.dtype,
+                      augmentation=self.options.augmentation)
+        batches = self.feed.steps_per_epoch
+        order = np.arange(batches * self.options.mini_batch_size, dtype=np.int32)
+        order = order.reshape(batches, -1)
+        if not isinstance(self.feed, ResidentData):
+            return _StreamedPopulation(self, kwargs, order)
+        fn = functools.partial(population.resident_pass, seed=self.options.seed,
+                               count=order.size, **kwargs)
+        wrapped = self.parallel.wrap(fn, (REPLICATED, REPLICATED, sharded(1), REPLICATED),
+                                     REPLICATED)
+        images = self.parallel.abstract(jax.ShapeDtypeStruct(self.feed.shape, np.uint8))
+        placed = self.parallel.abstract(jax.ShapeDtypeStruct(order.shape, np.int32), sharded(1))
+        compiled = wrapped.lower(self.variable_shapes(), images, placed,
+                                 self.stats_shape).compile()
+        return lambda variables, arrays, stats: compiled(
+            variables, arrays[0], self.parallel.put(order, sharded(1)), stats)
+
+    def _tree_state(self, state: TrainState) -> dict:
+        """Per device: ``state`` as a dict in tree form (copies, never the inputs)."""
+        params, opt_state, batch_stats = state.params, state.opt_state, state.batch_stats
+        if self.layout is not None:
+            params, batch_stats = self.layout.unravel(params), self.layout.stats_tree(batch_stats)
+            opt_state = jax.tree.map(lambda leaf: self.layout.unravel(leaf)
+                                     if self.layout.is_vector(leaf) else jnp.copy(leaf), opt_state)
+        tree = {"step": state.step, "params": params, "batch_stats": batch_stats,
+                "opt_state": opt_state, "key": state.key, "halted": state.halted}
+        return jax.tree.map(jnp.copy, tree)
+
+
+class _ResidentRunner:
+    """One dispatch of the resident block: ``run(state, limit) -> (state, metrics)``."""
+
+    def __init__(self, parallel: DataParallel, compiled, arrays, stats):
+        self.parallel, self.compiled, self.arrays, self.stats = parallel, compiled, arrays, stats
+        self._limit: tuple = (None, None)
+
+    def __call__(self, state, limit: int):
+        if limit != self._limit[0]:  # one small copy per sync interval, not per dispatch
+            self._limit = (limit, self.parallel.put(np.int32(limit)))
+        return self.compiled(state, *self.arrays, self.stats, self._limit[1])
+
+
+class _StreamedRunner:
+    """One iteration on the next streamed batch, the batch after it placed ahead."""
+
+    def __init__(self, parallel: DataParallel, compiled, batches, stats):
+        self.parallel, self.compiled, self.stats = parallel, compiled, stats
+        self._batches = batches
+        self._next = self._place_next()
+
+    def __call__(self, state, limit: int):
+        del limit  # one iteration per dispatch never overshoots it
+        images, labels = self._next
+        state, metrics = self.compiled(state, images, labels, self.stats)  # asynchronous
+        # Read and copy batch n+1 while the devices run batch n.
+        self._next = self._place_next()
+        return state, metrics
+
+    def _place_next(self):
+        batch = next(self._batches, None)  # None after the plan's last batch
+        if batch is None:
+            return None
+        return self.parallel.put_process_local((batch["images"], batch["labels"]), sharded(0))
+
+
+class _StreamedPopulation:
+    """The population pass over a streamed training set: one dispatch per host batch, each
+    image with the key ``resident_pass`` gives it."""
+
+    def __init__(self, program: TrainProgram, kwargs: dict, order: np.ndarray):
+        self.program, self.order = program, order
+        parallel = program.parallel
+
+        def add(total, variables, images, keys, stats):
+            moments = population.pass_moments(variables, images, stats, keys=keys, **kwargs)
+            return jax.tree.map(jnp.add, total, moments)
+
+        self._add = parallel.wrap(add, (REPLICATED, REPLICATED, sharded(0), sharded(0),
+                                        REPLICATED), REPLICATED, donate_argnums=(0,))
+        self._finish = parallel.wrap(functools.partial(population.with_population,
+                                                       batches=len(order)),
+                                     (REPLICATED, REPLICATED), REPLICATED)
+
+    def __call__(self, variables, arrays, stats):
+        del arrays  # the training iterator: the pass reads the set in its own order
+        from jaxflowers.data.stream import host_batches, process_columns
+
+        program, parallel, order = self.program, self.program.parallel, self.order
+        keys = np.asarray(jax.random.split(jax.random.PRNGKey(program.options.seed),
+                                           order.size))
+        if parallel.multiprocess:
+            order = process_columns(order, jax.process_index(), jax.process_count())
+        shapes = jax.eval_shape(functools.partial(population.batch_moments, program.model),
+                                program.variable_shapes_local(),
+                                jax.ShapeDtypeStruct((1, *program.input_shape), program.dtype))
+        total = parallel.put(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
+        for batch in host_batches(program.feed.data, order):
+            images, batch_keys = parallel.put_process_local(
+                (batch["images"], keys[batch["index"]]), sharded(0))
+            total = self._add(total, variables, images, batch_keys, stats)
+        return self._finish(variables, total)
+
+
+def _row_moments(images):
+    """Per device: int32 sums of pixel values and of their squares along every image row,
+    (N, H, C) each. Exact (a row of up to 33,000 pixels fits in int32)."""
+    x = images.astype(jnp.int32)
+    return x.sum(axis=2), (x * x).sum(axis=2)
+
+
+def _configure(model, dtype, bn_axis_name):
+    """The module with the compute dtype and batch-norm axis set, where it has those fields."""
+    fields = {f.name for f in dataclasses.fields(model)} if dataclasses.is_dataclass(model) else set()
+    changes = {k: v for k, v in (("dtype", dtype), ("bn_axis_name", bn_axis_name)) if k in fields}
+    return model.clone(**changes) if changes else model

@@ -1,0 +1,250 @@
+"""``train``: MATLAB's ``trainnet`` on every local device, returning ``(net, info)``.
+
+``train`` checks its inputs, chooses the feed (the training set resident on every device,
+or streamed from the host), hands the compiling and placing to ``program.TrainProgram``
+and the iterations to ``loop.TrainingLoop``, and turns the result into a ``TrainedNet``
+and a ``TrainingInfo``.
+
+With several processes (``jaxflowers.distributed.initialize``) every process runs this same function on
+its own devices of the global mesh; only process 0 prints the table, draws the plot and
+calls ``output_fn``, and its stop request reaches the others.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from jaxflowers.training import checkpoint as checkpoint_lib
+from jaxflowers.host import signals as interrupt
+from jaxflowers.training import output_network
+from jaxflowers.training.inputs import check_training
+from jaxflowers.data.feed import ResidentData, choose_placement, image_shape
+from jaxflowers.options.execution import ExecutionOptions
+from jaxflowers.training.history import History
+from jaxflowers.training.info import TrainingInfo
+from jaxflowers.training.loop import MAX_EPOCHS, Schedule, TrainingLoop
+from jaxflowers.inference.net import TrainedNet
+from jaxflowers.options.training import TrainingOptions
+from jaxflowers.parallel.data_parallel import DataParallel, select_devices
+from jaxflowers.training.program import TrainProgram
+from jaxflowers.training.progress import Progress
+from jaxflowers.training.table import VerboseTable
+
+__all__ = ["TrainedNet", "TrainingInfo", "train"]
+
+
+def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions | None = None,
+          resume: str | os.PathLike | None = None) -> tuple[TrainedNet, TrainingInfo]:
+    """Train ``model`` on ``data`` with ``options`` over every selected device (``trainnet``).
+
+    Args:
+      data: an image set: uint8 ``images`` (N, H, W, C), int ``labels`` (N,),
+        ``class_names``. It is copied once to every device, or streamed from the host
+        when ``execution.data_placement`` says so (or, on "auto", when it is too large).
+      model: a flax module mapping (B, H, W, C) to (B, num_classes) logits; modules with
+        ``dtype`` / ``bn_axis_name`` fields get the compute precision and, with
+        ``sync_batch_norm``, the mesh axis.
+      options: ``TrainingOptions``; ``mini_batch_size`` is the global batch.
+      execution: how the run uses the hardware (``ExecutionOptions``, or a dict of its
+        fields); default: every "auto".
+      resume: a checkpoint folder (``options.checkpoint_path`` of an earlier run, or one
+        of its numbered checkpoints) to continue from; the options must be the run's.
+
+    Returns:
+      ``(net, info)``: a ``TrainedNet`` and a ``TrainingInfo``. Training ends at
+      ``max_epochs``, or earlier: when ``output_fn`` returns True, on Ctrl-C (the first
+      press stops at the next block boundary), when the validation objective has not
+      improved for ``validation_patience`` validations, or at the first iteration whose
+      loss or gradient is not finite; ``info.stop_reason`` says which. ``net`` is the best
+      validated network or the last one (``output_network``; after a non-finite step the
+      last network whose every step was finite), with population batch-norm statistics
+      unless ``batch_normalization_statistics="moving"``;
+      ``info.output_network_iteration`` says which iteration it is.
+
+    With several processes (``jaxflowers.distributed.initialize`` first), every process calls ``train``
+    with the same data and options and gets the same ``(net, info)``.
+    """
+    if not isinstance(options, TrainingOptions):
+        raise TypeError(f"options must be TrainingOptions, not {type(options).__name__}")
+    check_training(data, model, options)
+    execution = _execution(execution)
+    parallel = DataParallel(select_devices(options.execution_environment, execution.num_devices),
+                            execution.strategy)
+    _check_batch(options, parallel.num_devices, len(data))
+    feed = _feed(data, options, execution, parallel)
+    shape = image_shape(data)
+    input_shape = options.augmentation.output_shape(shape) if options.augmentation else shape
+    platform = parallel.devices[0].platform
+    resolved = execution.resolve(platform, input_shape, streamed=feed.kind == "stream")
+    program = TrainProgram(parallel, model, options, resolved, feed=feed,
+                           input_shape=input_shape, sync_batch_norm=execution.sync_batch_norm)
+    shapes = program.tree_state_shapes()
+    if output_network.keeps_networks(options):  # checkpoints hold the best network too
+        shapes = {**shapes, "best": program.variable_shapes_local()}
+    restored = (checkpoint_lib.restore(resume, shapes, options, data)
+                if resume is not None else None)
+    return _Run(program, options, parallel, data, restored).execute()
+
+
+class _Run:
+    """One training's pieces, put together: progress, checkpoints, the loop."""
+
+    def __init__(self, program: TrainProgram, options: TrainingOptions,
+                 parallel: DataParallel, data, restored):
+        self.program, self.options, self.parallel, self.data = program, options, parallel, data
+        self.restored = restored
+        self.start = restored.iteration if restored else 0
+        steps = program.feed.steps_per_epoch
+        self.history = restored.history if restored else History(steps, options.metrics)
+        self.total = steps * options.max_epochs
+
+    def execute(self) -> tuple[TrainedNet, TrainingInfo]:
+        t0 = time.perf_counter()
+        checkpoints = self._checkpointer()
+        with interrupt.catch() as ctrl_c:
+            try:
+                ready = self.program.prepare(
+                    self.options.validation_data, self.restored and self.restored.state,
+                    self.start, checkpoints=checkpoints is not None,
+                    snapshots=output_network.keeps_networks(self.options))
+                compile_time = time.perf_counter() - t0
+                progress = self._progress()
+                progress.start(self._summary())
+                objective = output_network.objective(self.options, self.history)
+                loop = TrainingLoop(self.program, ready, progress, self._schedule(),
+                                    look_ahead=_look_ahead(self.options, self.parallel),
+                                    interrupt=ctrl_c, checkpoints=checkpoints,
+                                    objective=objective, keep=objective is not None,
+                                    best=self._restored_best(objective))
+                state, timings = loop.run(ready.state, self.start)
+                loop.final_checkpoint(state)
+                output = output_network.finish(self.program, ready, loop, state, self.history)
+            finally:
+                self.program.feed.close()  # grain's readers, also on early stop or error
+                if checkpoints is not None:
+                    checkpoints[0].wait()
+                    checkpoints[0].close()
+        reason = loop.stop_reason or MAX_EPOCHS
+        info = progress.finish(
+            compile_time=compile_time, num_devices=self.parallel.num_devices,
+            data_placement=self.program.feed.kind, stopped_early=reason != MAX_EPOCHS,
+            stop_reason=reason, **timings, **output.info_fields(self.options.metrics),
+            checkpoint=None if loop.last_checkpoint is None else str(loop.last_checkpoint[1]))
+        net = TrainedNet(model=self.program.model, variables=output.variables,
+                         class_names=tuple(self.data.class_names),
+                         normalization=ready.normalization, input_shape=self.program.input_shape)
+        return net, info
+
+    def _restored_best(self, objective):
+        """``(iteration, placed variables)`` of a resumed run's best network, or None."""
+        if objective is None or objective.best_iteration is None or self.restored is None:
+            return None
+        return objective.best_iteration, self.parallel.put(self.restored.state["best"])
+
+    def _checkpointer(self):
+        if self.options.checkpoint_path is None:
+            return None
+        checkpointer = checkpoint_lib.Checkpointer(self.options.checkpoint_path,
+                                                   self.options.checkpoint_keep)
+        return checkpointer, lambda iteration: checkpoint_lib.record(
+            iteration, self.history, self.options, self.data)
+
+    def _schedule(self) -> Schedule:
+        opts, steps = self.options, self.program.feed.steps_per_epoch
+        every = opts.checkpoint_frequency * (steps if opts.checkpoint_frequency_unit == "epoch"
+                                             else 1)
+        # verbose_frequency makes sync points whether or not a table is printed: every
+        # process keeps the same ones (they decide its collectives), and output_fn sees
+        # each of those iterations at once (bench.py times windows between them).
+        return Schedule(
+            total=self.total, verbose_frequency=opts.verbose_frequency,
+            validation_frequency=opts.validation_frequency if opts.validation_data is not None
+            else 0,
+            checkpoint_every=every if opts.checkpoint_path is not None else 0,
+            plot_every=max(1, steps // 4) if opts.plots != "none" else 0)
+
+    def _progress(self) -> Progress:
+        """The table, sinks and ``output_fn`` on process 0; other processes only record."""
+        main = self.parallel.is_main_process
+        table = (VerboseTable(self.history, self.options.verbose_frequency)
+                 if self.options.verbose and main else None)
+        return Progress(self.history, table=table, sinks=self._sinks() if main else (),
+                        output_fn=self.options.output_fn if main else None)
+
+    def _sinks(self) -> list:
+        """What follows the run besides the table: the training-progress view, TensorBoard."""
+        opts, sinks = self.options, []
+        if opts.plots == "training-progress":
+            from jaxflowers.plots.training_progress import TrainingProgressPlot
+            kinds = "/".join(sorted({d.device_kind for d in self.parallel.devices}))
+            sinks.append(TrainingProgressPlot(
+                path=opts.plots_path, max_epochs=opts.max_epochs,
+                iterations_per_epoch=self.program.feed.steps_per_epoch,
+                hardware=f"{self.parallel.num_devices} x {kinds}",
+                validation_frequency=(opts.validation_frequency
+                                      if opts.validation_data is not None else None)))
+        if opts.log_dir is not None:
+            from jaxflowers.training.tensorboard import TensorBoardLog
+            sinks.append(TensorBoardLog(opts.log_dir))
+        return sinks
+
+    def _summary(self) -> str:
+        """One line saying what runs where, in plain words."""
+        parallel, program, opts = self.parallel, self.program, self.options
+        kinds = "/".join(sorted({d.device_kind for d in parallel.devices}))
+        count = parallel.num_devices
+        where = f"{count} {kinds} device{'s' if count > 1 else ''}"
+        if parallel.multiprocess:
+            where += f" in {parallel.process_count} processes"
+        placement = ("copied to every device" if program.feed.kind == "resident"
+                     else "streamed from the host")
+        resumed = f", resuming at iteration {self.start}" if self.start else ""
+        return (f"Training on {where} ({np.dtype(program.dtype).name}, {parallel.strategy}): "
+                f"{len(self.data)} images {placement}, mini-batch {opts.mini_batch_size} "
+                f"({opts.mini_batch_size // count} per device), "
+                f"{program.feed.steps_per_epoch} iterations per epoch{resumed}")
+
+
+def _execution(execution) -> ExecutionOptions:
+    if execution is None:
+        return ExecutionOptions()
+    if isinstance(execution, dict):
+        return ExecutionOptions(**execution)
+    if not isinstance(execution, ExecutionOptions):
+        raise TypeError(f"execution must be ExecutionOptions, a dict of its fields or None, "
+                        f"not {type(execution).__name__}")
+    return execution
+
+
+def _feed(data, options: TrainingOptions, execution: ExecutionOptions, parallel: DataParallel):
+    """``ResidentData`` or ``StreamedData``; with several processes, process 0's choice, as
+    processes running different feeds would wait on each other forever."""
+    placement = choose_placement(execution.data_placement, data, parallel.local_devices)
+    streamed = bool(parallel.from_main_process(np.int32(placement.kind == "stream")))
+    plan = dict(mini_batch_size=options.mini_batch_size, num_epochs=options.max_epochs,
+                shuffle=options.shuffle, seed=options.seed)
+    if not streamed:
+        return ResidentData(data, **plan)
+    from jaxflowers.data.stream import StreamedData  # grain loads only when streaming
+    return StreamedData(data, multiprocess=parallel.multiprocess, **plan)
+
+
+def _look_ahead(options: TrainingOptions, parallel: DataParallel) -> int:
+    """Sync points by which the host reads results late: 1 on accelerators, so the devices
+    run on while the host reads; 0 with ``output_fn`` (it may stop training on what it
+    sees, so it sees each result as soon as it exists) and on CPUs (the "devices" are the
+    host's own cores: nothing to overlap)."""
+    cpu = parallel.devices[0].platform == "cpu"
+    return 0 if options.output_fn is not None or cpu else 1
+
+
+def _check_batch(options: TrainingOptions, num_devices: int, num_samples: int) -> None:
+    batch = options.mini_batch_size
+    if batch % num_devices:
+        raise ValueError(f"mini_batch_size={batch} is not divisible by {num_devices} devices; "
+                         f"use a multiple of {num_devices} or scale_for_devices")
+    if batch > num_samples:
+        raise ValueError(f"mini_batch_size={batch} is larger than the {num_samples} training "
+                         "images, so an epoch would have no complete mini-batch")

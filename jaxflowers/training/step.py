@@ -1,0 +1,306 @@
+"""The pure per-device training step and the block of steps one dispatch runs.
+
+These functions know the mesh axis name ``"data"`` and nothing else about devices;
+``program.TrainProgram`` wraps and compiles them for every device. Each collective says
+what it averages and why.
+
+A step whose loss or gradient is not finite changes nothing: the state keeps the last
+finite network and records the iteration in ``TrainState.halted``, and every later step of
+the run is skipped, so the host learns of it from the metrics it reads anyway (no extra
+synchronisation per step).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+import numpy as np
+from jax import lax
+
+from jaxflowers.data.augment import Augmentation, normalize
+from jaxflowers.models import init_rng
+from jaxflowers.parallel.data_parallel import AXIS
+from jaxflowers.compilation.options import compiler_options
+
+
+@dataclasses.dataclass(frozen=True)
+class FlatParams:
+    """Where each parameter leaf lives in one float32 vector, the update's internal layout
+    on GPUs (``TrainProgram`` decides; nothing outside the program sees it).
+
+    With the parameters, gradient and optimizer state each one vector, the all-reduce is
+    one collective after the backward pass (per leaf, XLA all-reduces layer by layer and
+    the compute stream waits on each), the solver's update is a few kernels instead of a
+    few per leaf, and nothing is split back into leaves after the update: the forward
+    pass slices each weight where it converts it to the compute dtype anyway. Same
+    arithmetic, element for element, as the per-leaf tree, up to the order in which XLA
+    sums a weight gradient.
+    """
+
+    treedef: Any
+    shapes: tuple[tuple[int, ...], ...]
+    offsets: tuple[int, ...]  # len(shapes) + 1 offsets; the last is the vector's length
+    # The batch-norm statistics' own layout when they are kept as one vector too (then the
+    # step averages and selects them as one array, not one small kernel per layer), or None.
+    stats: "FlatParams | None" = None
+
+    @classmethod
+    def of(cls, tree, stats=None) -> "FlatParams":
+        """The layout of a pytree of arrays or ``jax.ShapeDtypeStruct``s; ``stats``: the
+        batch-norm statistics' tree, to keep as one vector as well (None or empty: not)."""
+        leaves, treedef = jax.tree.flatten(tree)
+        shapes = tuple(tuple(leaf.shape) for leaf in leaves)
+        sizes = [int(np.prod(shape)) for shape in shapes]
+        inner = cls.of(stats) if stats is not None and jax.tree.leaves(stats) else None
+        return cls(treedef, shapes, tuple(np.cumsum([0] + sizes).tolist()), inner)
+
+    def ravel(self, tree, xp=jnp):
+        """The tree's leaves, raveled and concatenated as float32; ``xp``: ``jax.numpy``
+        (in a program) or ``numpy`` (parameters on the host, no device program)."""
+        return xp.concatenate([xp.ravel(leaf).astype(xp.float32)
+                               for leaf in jax.tree.leaves(tree)])
+
+    def unpack(self, variables: dict) -> dict:
+        """``variables`` with their parameter (and statistics) vectors unravelled into trees
+        (numpy, or inside a jitted function: unravelling eagerly would compile one slice per
+        leaf)."""
+        unpacked = {**variables, "params": self.unravel(variables["params"])}
+        if self.stats is not None:
+            unpacked["batch_stats"] = self.stats.unravel(variables["batch_stats"])
+        return unpacked
+
+    def stats_tree(self, batch_stats):
+        """The batch-norm statistics as the model's tree, whichever way they are stored."""
+        return batch_stats if self.stats is None else self.stats.unravel(batch_stats)
+
+    def stats_stored(self, tree, xp=jnp):
+        """The batch-norm statistics' tree as this layout stores them."""
+        return tree if self.stats is None else self.stats.ravel(tree, xp)
+
+    def unravel(self, flat):
+        """The tree back from a vector (jax or numpy), leaf ``i`` a reshaped slice; leading
+        axes (pmap's device axis) are kept."""
+        lead = tuple(flat.shape[:-1])
+        leaves = [flat[..., start:stop].reshape(lead + shape) for start, stop, shape in
+                  zip(self.offsets[:-1], self.offsets[1:], self.shapes)]
+        return jax.tree.unflatten(self.treedef, leaves)
+
+
+    def tree_of(self, vector_or_tree, like_params: bool):
+        """A parameter-shaped vector unravelled (``like_params``), anything else as is."""
+        return self.unravel(vector_or_tree) if like_params else vector_or_tree
+
+    def is_vector(self, leaf) -> bool:
+        """Whether ``leaf`` is a whole parameter vector (a solver's per-parameter state)."""
+        return getattr(leaf, "shape", None) == (self.offsets[-1],)
+
+
+@flax.struct.dataclass
+class TrainState:
+    """Everything that changes during training; one goes in, a new one comes out."""
+
+    step: jax.Array  # int32 scalar, iterations done
+    params: Any  # float32 pytree, or one float32 vector (StepConfig.flat)
+    batch_stats: Any  # batch-norm running statistics (float32 pytree)
+    opt_state: Any  # optax state
+    key: jax.Array  # uint32 (2,) raw PRNG key data, fixed; per-step keys fold in `step`
+    halted: jax.Array  # int32 scalar: 0, or the iteration whose loss or gradient was not finite
+
+    def stored_variables(self) -> dict:
+        """``{"params": ..., "batch_stats": ...}`` as stored (flat or tree parameters)."""
+        return {"params": self.params, "batch_stats": self.batch_stats}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+    """The static parts of a step (closed over, never traced)."""
+
+    model: Any  # flax module with dtype / bn_axis_name already set
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
+    augmentation: Augmentation | None
+    dtype: Any
+    sync_batch_norm: bool
+    flat: FlatParams | None = None  # parameters (and so gradients, solver state) as one vector
+
+    def variables(self, state: TrainState) -> dict:
+        """``{"params": tree, "batch_stats": ...}`` of a state, whichever the layout."""
+        return self.unpack(state.stored_variables())
+
+    def unpack(self, variables: dict) -> dict:
+        """Variables with the parameters as the model's tree (``FlatParams.unpack``)."""
+        return variables if self.flat is None else self.flat.unpack(variables)
+
+
+def init_state(model, tx, image_shape, seed: int, flat: FlatParams | None = None) -> TrainState:
+    """Initial parameters (float32; one vector with ``flat``) and solver state, on the
+    default device."""
+    return init_program(model, tx, image_shape, seed, flat)()
+
+
+def init_program(model, tx, image_shape, seed: int, flat: FlatParams | bool | None = None):
+    """The jitted, argument-free program behind ``init_state`` (``.eval_shape()`` gives the
+    state's shapes without compiling it; calling it reuses that trace).
+
+    ``flat``: keep the parameters as one vector in this layout; ``True``: in the layout of
+    the parameters the trace creates, which the program's ``flat`` attribute holds once it
+    is traced (so ``model.init`` is traced once for both); None: as the model's tree.
+    """
+    @functools.partial(jax.jit, compiler_options=compiler_options())
+    def _init():
+        # Both keys derived inside the program: computed eagerly, their dozen small ops would
+        # each compile on their own, in every run.
+        data_key = jax.random.split(jax.random.PRNGKey(seed))[1]
+        # Initial weights from a counter-based hash generator (models.init_rng): the same
+        # initialisers and distributions, in a program that compiles several times faster
+        # than with JAX's generators. Deterministic for a seed on any backend and device count.
+        variables = model.init(init_rng.key(seed), jnp.zeros((1, *image_shape), jnp.float32),
+                               train=False)
+        layout, batch_stats = flat, variables.get("batch_stats", {})
+        if flat is True:
+            layout = _init.flat = FlatParams.of(variables["params"], batch_stats)
+        params = variables["params"]
+        if layout is not None:
+            params, batch_stats = layout.ravel(params), layout.stats_stored(batch_stats)
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                          batch_stats=batch_stats,
+                          opt_state=tx.init(params), key=data_key,
+                          halted=jnp.zeros((), jnp.int32))
+
+    _init.flat = None if flat is True else flat
+    return _init
+
+
+def sample_keys(state: TrainState, batch_size: int) -> jax.Array:
+    """One PRNG key per sample of this device's part of the global batch.
+
+    Keys depend on (step, position in the *global* batch) only, so the same seed augments
+    the same sample the same way on 1 or N devices. ``axis_index`` is the device's index in
+    the whole mesh, also when the mesh spans several processes (hosts).
+    """
+    step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), state.step)
+    positions = lax.axis_index(AXIS) * batch_size + jnp.arange(batch_size)
+    return jax.vmap(lambda p: jax.random.fold_in(step_key, p))(positions)
+
+
+def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
+               cfg: StepConfig) -> tuple[TrainState, dict]:
+    """One iteration on this device's (b, H, W, C) uint8 images and (b,) labels."""
+    if cfg.augmentation is not None:
+        images = cfg.augmentation(images, sample_keys(state, images.shape[0]))
+    x = normalize(images, stats[0], stats[1], cfg.dtype)
+
+    stats_tree = state.batch_stats if cfg.flat is None else cfg.flat.stats_tree(state.batch_stats)
+
+    def loss_fn(params):
+        logits, updates = cfg.model.apply(
+            {"params": params, "batch_stats": stats_tree}, x, train=True,
+            mutable=["batch_stats"])
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        return loss, (logits, updates["batch_stats"])
+
+    params = cfg.variables(state)["params"]
+    (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    if cfg.flat is not None:
+        grads = cfg.flat.ravel(grads)  # gradients per leaf, then one vector
+        batch_stats = cfg.flat.stats_stored(batch_stats)
+    # The one gradient all-reduce: the mean of per-device gradients is the gradient of the
+    # global-batch loss (equal per-device batches). shard_map runs with check_vma=False, so
+    # nothing was summed implicitly before this.
+    grads = lax.pmean(grads, AXIS)
+    if not cfg.sync_batch_norm:
+        # Per-device running statistics would drift apart; average them so every replica
+        # evaluates with the same model. (With sync BN they are already identical.)
+        batch_stats = lax.pmean(batch_stats, AXIS)
+    correct = jnp.mean((jnp.argmax(logits, -1) == labels).astype(jnp.float32))
+    # Mini-batch loss and accuracy of the global batch: average of the device means.
+    metrics = lax.pmean({"loss": loss, "accuracy": correct}, AXIS)
+    # Judged on all-reduced values, so every device takes the same decision.
+    finite = jnp.isfinite(metrics["loss"]) & _all_finite(grads)
+    updates, opt_state = cfg.tx.update(grads, state.opt_state, state.params)
+    # A non-finite step leaves the parameters and batch-norm statistics as they were (the
+    # update is zeroed inside its own elementwise kernel) and halts the run; the solver
+    # state may then hold non-finite values, but it is never used again: every later step
+    # is skipped, and nothing is checkpointed after a halt.
+    updates = jax.tree.map(lambda u: jnp.where(finite, u, jnp.zeros((), u.dtype)), updates)
+    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+    new_state = state.replace(
+        step=jnp.where(finite, state.step + 1, state.step),
+        params=optax.apply_updates(state.params, updates),
+        batch_stats=keep(batch_stats, state.batch_stats), opt_state=opt_state,
+        halted=jnp.where(finite, 0, state.step + 1).astype(jnp.int32))
+    metrics["learn_rate"] = jnp.asarray(cfg.schedule(state.step), jnp.float32)
+    metrics["finite"] = finite.astype(jnp.float32)
+    return new_state, metrics
+
+
+def _all_finite(tree) -> jax.Array:
+    """Whether every element of every leaf is finite (one reduction per leaf)."""
+    return jnp.all(jnp.stack([jnp.isfinite(leaf).all() for leaf in jax.tree.leaves(tree)]))
+
+
+def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: StepConfig,
+                length: int) -> tuple[TrainState, dict]:
+    """Up to ``length`` iterations in one dispatch, stopping at iteration ``limit``.
+
+    Args:
+      state: replicated ``TrainState``.
+      images: (N, H, W, C) uint8, the whole training set, resident on this device.
+      labels: (N,) int32.
+      order: (total_steps, b) int32, this device's columns of every iteration's batch.
+      stats: per-channel (mean, std), float32 (C,) each.
+      limit: int32 scalar; iterations ``>= limit`` are skipped (a cheap branch), so one
+        compiled block serves every validation and table boundary. So is every iteration
+        once the state has halted on a non-finite step.
+      length: static number of scan iterations.
+
+    Returns:
+      The new state and per-iteration metrics, each of shape (length,).
+    """
+    def one(state):
+        idx = lax.dynamic_index_in_dim(order, state.step, keepdims=False)
+        return train_step(state, jnp.take(images, idx, axis=0), jnp.take(labels, idx, axis=0),
+                          stats, cfg)
+
+    if length == 1:
+        return _single(one, state)
+
+    zeros = {name: jnp.float32(0) for name in ("loss", "accuracy", "learn_rate", "finite")}
+
+    def body(state, _):
+        # Gather outside the branch: the branch's operands are then the state and one
+        # batch, not the whole resident data set.
+        idx = lax.dynamic_index_in_dim(order, jnp.minimum(state.step, order.shape[0] - 1),
+                                       keepdims=False)
+        batch = (jnp.take(images, idx, axis=0), jnp.take(labels, idx, axis=0))
+        return lax.cond((state.step < limit) & (state.halted == 0),
+                        lambda s, b: train_step(s, *b, stats, cfg),
+                        lambda s, b: (s, zeros), state, batch)
+
+    return lax.scan(body, state, None, length=length)
+
+
+def train_streamed(state: TrainState, images, labels, stats, *,
+                   cfg: StepConfig) -> tuple[TrainState, dict]:
+    """One iteration on a batch streamed from the host (the streamed feed's block).
+
+    Args:
+      state: replicated ``TrainState``.
+      images: (b, H, W, C) uint8, this device's rows of the global batch.
+      labels: (b,) int32.
+      stats: per-channel (mean, std), float32 (C,) each.
+
+    Returns:
+      The new state and metrics of shape (1,), as ``train_block`` with ``length=1``.
+    """
+    return _single(lambda s: train_step(s, images, labels, stats, cfg), state)
+
+
+def _single(one: Callable, state: TrainState):
+    state, metrics = one(state)
+    return state, jax.tree.map(lambda m: m[None], metrics)
