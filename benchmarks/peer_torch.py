@@ -31,9 +31,9 @@ torchvision (neither is a jaxflowers dependency); without torchvision it says so
 from __future__ import annotations
 
 import argparse
-import importlib
 import dataclasses
 import gc
+import importlib
 import json
 import os
 import pathlib

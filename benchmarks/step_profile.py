@@ -14,8 +14,20 @@ flattened gradient (the next lever for 2 GPUs, benchmarks/NOTES.md). Env: SIZE (
 device), NSTEPS (20 per timing), SAVE_TRACE (variants whose perfetto trace to keep),
 OUT (folder for step_profile.json/.txt).
 """
-import collections, glob, gzip, json, os, statistics, sys, time
-import numpy as np, jax, jax.numpy as jnp, optax
+import collections
+import glob
+import gzip
+import json
+import os
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
 import jaxflowers as jf
 from jaxflowers.data.feed import ResidentData
 from jaxflowers.parallel.data_parallel import DataParallel, select_devices
@@ -30,10 +42,15 @@ rows, report = [], []
 def log(*a):
     s = " ".join(str(x) for x in a); print(s, flush=True); report.append(s)
 
-import flax.linen as nn
-import jaxflowers.models.resnet as R, jaxflowers.models.cifar as C
-from jaxflowers.models.norm import BatchNorm as CustomBN
 from typing import Any
+
+import flax.linen as nn
+
+import jaxflowers.models.cifar as C
+import jaxflowers.models.resnet as R
+from jaxflowers.models.norm import BatchNorm as CustomBN
+
+
 class FlaxBN(nn.Module):
     use_running_average: bool = False; momentum: float = 0.9; epsilon: float = 1e-5
     dtype: Any = jnp.float32; axis_name: Any = None; relu: bool = False
@@ -111,7 +128,8 @@ def data_parallel(reduce, dtype=jnp.bfloat16):
     """A plain shard_map step over every local device (flat Adam, closed-form BN) whose
     gradient all-reduce is one pmean per leaf ("leaf") or one of the raveled vector ("flat")."""
     from jax.flatten_util import ravel_pytree
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
     model, tx = build_model(dtype), optax.flatten(optax.adam(1e-3))
     mesh = Mesh(np.asarray(jax.devices()), ("data",))
     nd = len(jax.devices())

@@ -10,6 +10,7 @@ _EXPORTS = {
     "TrainingOptions": "jaxflowers.options", "ExecutionOptions": "jaxflowers.options",
     "scale_for_devices": "jaxflowers.options",
     "train": "jaxflowers.training", "TrainingInfo": "jaxflowers.training",
+    "StopReason": "jaxflowers.training",
     "TrainedNet": "jaxflowers.inference", "load": "jaxflowers.inference",
     "predict": "jaxflowers.inference", "classify": "jaxflowers.inference",
     "Labels": "jaxflowers.inference", "accuracy": "jaxflowers.inference",

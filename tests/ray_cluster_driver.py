@@ -8,8 +8,9 @@ import sys
 import threading
 import time
 
-import jaxflowers.sweep as sweep
 import sweep_jobs
+
+import jaxflowers.sweep as sweep
 
 
 def _alive(pid: int) -> bool:

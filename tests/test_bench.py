@@ -14,8 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from jaxflowers.bench import scaling as bench
 from jaxflowers.bench import report as bench_report
+from jaxflowers.bench import scaling as bench
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -14,13 +14,12 @@ import subprocess
 import sys
 import time
 
+import distributed_worker as worker
 import jax
 import numpy as np
 import pytest
 
-import distributed_worker as worker
 from jaxflowers.distributed import join as distributed
-from jaxflowers.parallel import data_parallel as parallel
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = pathlib.Path(__file__).with_name("distributed_worker.py")

@@ -7,18 +7,18 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 import jaxflowers as jf
-from jaxflowers.models.norm import BatchNorm
 from jaxflowers.models.maxpool import max_pool
+from jaxflowers.models.norm import BatchNorm
 from jaxflowers.models.stem import StemConv
-from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
 from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
-from jaxflowers.training.step import FlatParams, StepConfig, init_state, train_block
+from jaxflowers.training.layout import FlatParams
+from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
+from jaxflowers.training.step import StepConfig, init_state, train_block
 
 X = jax.random.normal(jax.random.PRNGKey(0), (8, 5, 5, 6)) * 2 + 1
 W = jax.random.normal(jax.random.PRNGKey(2), X.shape)

@@ -297,7 +297,6 @@ def test_an_unwritable_compilation_cache_folder_is_a_warning(tmp_path, monkeypat
 
 def test_a_killed_sweep_worker_fails_only_its_job_and_no_process_is_left(tmp_path):
     import psutil
-
     import sweep_jobs
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -584,6 +583,13 @@ def test_ctrl_c_while_loading_data_is_one_line_and_130(capsys, tmp_path, monkeyp
     assert status == 130 and err.startswith("interrupted while downloading; kept the partial")
 
 
+def _kind(stop_reason: str) -> jf.StopReason:
+    """The ``StopReason`` that ``train`` gives along with these words."""
+    if " is NaN" in stop_reason or " is Inf" in stop_reason or "gradient" in stop_reason:
+        return jf.StopReason.DIVERGED
+    return jf.StopReason(stop_reason)
+
+
 def _stopped_training(stop_reason: str):
     """A stand-in for ``jf.train`` that ran 3 iterations and stopped for ``stop_reason``."""
     def train(data, model, options, **kwargs):
@@ -593,7 +599,7 @@ def _stopped_training(stop_reason: str):
             accuracy=np.full(3, 10.0), learn_rate=np.full(3, 1e-3),
             validation_iteration=np.zeros(0, int), validation_loss=np.zeros(0),
             validation_accuracy=np.zeros(0), stopped_early=stop_reason != "max epochs completed",
-            stop_reason=stop_reason)
+            stop_reason=stop_reason, stopped_by=_kind(stop_reason))
         return _tiny_net(classes=tuple(data.class_names)), info
     return train
 

@@ -22,8 +22,8 @@ import psutil
 import pytest
 
 import jaxflowers as jf
-from jaxflowers.sweep.example import run as example
 from jaxflowers.sweep.example import report as results
+from jaxflowers.sweep.example import run as example
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -93,7 +93,9 @@ def _info(stop_reason: str, validation_accuracy: float) -> jf.TrainingInfo:
     steps = np.arange(1, 4)
     return jf.TrainingInfo(steps, steps, np.ones(3), np.ones(3), np.ones(3), steps[-1:],
                            np.ones(1), np.array([validation_accuracy]),
-                           stop_reason=stop_reason)
+                           stop_reason=stop_reason,
+                           stopped_by=jf.StopReason.DIVERGED if "NaN" in stop_reason
+                           else jf.StopReason.MAX_EPOCHS)
 
 
 def test_a_diverged_job_is_failed_with_its_reason_and_never_the_best():

@@ -1,10 +1,12 @@
 """info: TrainingInfo as data (CSV, DataFrame) and its derived fields."""
 import csv
+import dataclasses
 import sys
 
 import numpy as np
 import pytest
 
+import jaxflowers as jf
 from jaxflowers import TrainingInfo
 from jaxflowers.training.info import COLUMNS
 
@@ -82,5 +84,7 @@ def test_final_values_and_divergence():
     info = make_info()
     assert info.final_validation_accuracy == pytest.approx(50 + 10 / 3)
     assert not info.diverged
-    info.stop_reason = "training loss is nan"
-    assert info.diverged
+    for reason in jf.StopReason:
+        assert dataclasses.replace(info, stopped_by=reason).diverged == (
+            reason in (jf.StopReason.DIVERGED, jf.StopReason.VALIDATION_DIVERGED))
+    assert dataclasses.replace(info, stopped_by="diverged").stopped_by is jf.StopReason.DIVERGED

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import jaxflowers as jf
-from jaxflowers.training.optimizer import make_optimizer, learn_rate_schedule
 from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
+from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
 from jaxflowers.training.step import StepConfig, init_state, train_block
 
 

@@ -21,13 +21,13 @@ import jax
 import numpy as np
 import psutil
 import pytest
+import sweep_jobs
 
 import jaxflowers as jf
-import sweep_jobs
 from jaxflowers import sweep
 from jaxflowers.sweep import objects
-from jaxflowers.sweep import transfer as codec
 from jaxflowers.sweep import slots as devices
+from jaxflowers.sweep import transfer as codec
 from jaxflowers.sweep.backends.local import LocalBackend
 
 pytestmark = pytest.mark.timeout(150)

@@ -1,8 +1,8 @@
 """The training loop through the public API: epochs, validation, the table, output_fn, errors."""
+import contextlib
 import importlib
 import io
 import threading
-import contextlib
 
 import numpy as np
 import pytest
@@ -240,7 +240,8 @@ def test_an_unreadable_training_set_fails_train_with_its_error(small):
 
 
 def test_train_traces_the_model_init_once_with_flat_parameters(small):
-    """The one-vector layout comes from the init program's own trace, not a second one."""
+    """The one-vector layout is decided from the shapes of the model's init, whose trace the
+    init program then reuses: one trace in all."""
     train, _ = small
     inits = []
 
@@ -257,21 +258,37 @@ def test_train_traces_the_model_init_once_with_flat_parameters(small):
     assert len(info.loss) == len(train) // 16
 
 
-def test_a_diverging_run_stops_at_the_first_non_finite_loss_with_the_last_finite_net(small):
-    """MATLAB stops with "Training loss is NaN"; the returned network is the one before."""
+def test_a_validation_that_is_not_finite_stops_the_run_as_divergence(small):
+    """Iteration 2 of this run still has a finite training loss (about 1e10), but the
+    network's validation logits overflow: that is divergence too, and its accuracy is not
+    the 10 % that argmax of NaN scores would make of it."""
     train, val = small
     opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=1e6, mini_batch_size=16,
                               max_epochs=3, verbose=False, validation_data=val,
-                              validation_frequency=2)
+                              validation_frequency=2, output_network="last-iteration")
+    net, info = jf.train(train, jf.models.cifar_net(1), opts)
+    assert info.stopped_by is jf.StopReason.VALIDATION_DIVERGED and info.diverged
+    assert info.stop_reason == "validation loss is NaN at iteration 2"
+    assert len(info.loss) == 2 and np.all(np.isfinite(info.loss))
+    assert np.isnan(info.validation_accuracy[-1]) and np.isnan(info.final_validation_accuracy)
+    with pytest.warns(RuntimeWarning, match=r"scores of \d+ of \d+ images are not finite"):
+        jf.predict(net, val)
+
+
+def test_a_diverging_run_stops_at_the_first_non_finite_loss_with_the_last_finite_net(small):
+    """MATLAB stops with "Training loss is NaN"; the returned network is the one before."""
+    train, _ = small
+    opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=1e6, mini_batch_size=16,
+                              max_epochs=3, verbose=False)
     net, info = jf.train(train, jf.models.cifar_net(1), opts)
     k = len(info.loss)
     assert info.diverged and info.stopped_early and k < 18
+    assert info.stopped_by is jf.StopReason.DIVERGED
     assert info.stop_reason.endswith(f"at iteration {k}")
     assert info.stop_reason.startswith(("training loss is NaN", "training loss is Inf",
                                         "gradient is not finite"))
     assert np.all(np.isfinite(info.loss[:-1])) or "gradient" in info.stop_reason
     assert all(np.all(np.isfinite(v)) for v in jax_leaves(net.variables))
-    assert np.all(info.validation_iteration < k)  # no validation of the halted state
     # The returned network is exactly the one after iteration k - 1: a run that output_fn
     # stops there (a table row every iteration makes each one a point where it is heard).
     assert k >= 2

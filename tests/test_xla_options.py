@@ -7,7 +7,7 @@ import pytest
 import jaxflowers as jf
 from jaxflowers.compilation import options as xla_options
 from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel
-from jaxflowers.training.step import init_program
+from jaxflowers.training.step import init_program, init_variables
 
 
 @pytest.fixture
@@ -45,6 +45,6 @@ def test_the_step_and_init_programs_compile_with_them(monkeypatch):
     double = parallel.wrap(lambda x: 2 * x, (REPLICATED,), REPLICATED)
     with pytest.raises(Exception, match="xla_gpu_no_such_option"):
         double(np.ones(3, np.float32))
-    program = init_program(jf.models.cifar_net(1), optax.sgd(0.1), (32, 32, 3), seed=0)
+    program = init_program(init_variables(jf.models.cifar_net(1), (32, 32, 3)), optax.sgd(0.1))
     with pytest.raises(Exception, match="xla_gpu_no_such_option"):
-        program()
+        program(np.uint32(0))

@@ -3,23 +3,27 @@
 ``python -m jaxflowers train`` with no arguments trains ``cifar_net(depth=2)`` on the
 embedded handwritten digits (offline), 90/10 stratified split, on every local device, and
 prints the test accuracy. A failure prints one line ``error: ...`` and exits 1 (the whole
-traceback with ``--debug`` or ``JAXFLOWERS_DEBUG=1``); Ctrl-C prints one line and exits 130.
+traceback with ``--debug`` or ``JAXFLOWERS_DEBUG=1``); Ctrl-C (SIGINT) and SIGTERM print one
+line, keep what can be kept, and exit 130 and 143.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 import warnings
 
-from jaxflowers.cli import train as train_cli
 from jaxflowers.cli import sweep as sweep_cli  # imports no JAX
+from jaxflowers.cli import train as train_cli
 from jaxflowers.cli.train import Interrupted, stage
+from jaxflowers.host import signals
 
 DEBUG_ENV = "JAXFLOWERS_DEBUG"  # "1": failures print their whole traceback
 # Errors whose message reads well alone; any other type is named before its message.
 _PLAIN_ERRORS = (ValueError, TypeError, OSError, RuntimeError, ImportError)
-INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,31 +53,52 @@ def _download(args) -> int:
 
 def main(argv=None) -> int:
     """Run the command line; returns the exit status (0, 1 on failure, 2 for bad
-    arguments, 130 on Ctrl-C)."""
+    arguments, 130 on Ctrl-C, 143 on SIGTERM)."""
     parser = _parser()
     args = parser.parse_args(argv)
     if getattr(args, "resume", False) and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir DIR, the folder of the run to continue")
     debug = getattr(args, "debug", False) or os.environ.get(DEBUG_ENV) == "1"
     command = {"train": train_cli.run, "sweep": sweep_cli.run, "download": _download}[args.command]
-    with warnings.catch_warnings():  # restores the warnings' printer afterwards
+    with warnings.catch_warnings(), _sigterm_raises():  # both restored afterwards
         if not debug:
             warnings.showwarning = _show_warning
         return _run(command, args, debug)
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """SIGTERM raises ``signals.Terminated`` (a ``KeyboardInterrupt``) in the main thread,
+    so it takes Ctrl-C's path: the results so far kept, one line, exit 143."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: signals.raise_for(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run(command, args, debug: bool) -> int:
     """``command(args)``, its failures as one line (or the traceback when debugging)."""
     try:
         return command(args)
-    except (Interrupted, KeyboardInterrupt) as stop:
-        print(str(stop) or f"interrupted ({args.command})", file=sys.stderr)
-        return INTERRUPTED
+    except Interrupted as stop:
+        print(stop, file=sys.stderr)
+        return stop.status
+    except KeyboardInterrupt as stop:
+        print(f"{_signal_words(stop)} ({args.command})", file=sys.stderr)
+        return signals.exit_status(stop)
     except Exception as error:  # noqa: BLE001 (every failure becomes one line)
         if debug:
             raise
         print(_one_line(error), file=sys.stderr)
         return 1
+
+
+def _signal_words(stop: KeyboardInterrupt) -> str:
+    return "terminated (SIGTERM)" if isinstance(stop, signals.Terminated) else "interrupted"
 
 
 def _one_line(error: BaseException) -> str:

@@ -68,9 +68,9 @@ def parse_options(items: list[str]) -> dict:
 def run(args: argparse.Namespace) -> int:
     """Run the sweep the parsed ``args`` describe; returns the exit status (0: a best
     network was found, 1: every job failed, 2: bad input, 130: interrupted)."""
+    from jaxflowers.sweep.example.data import DataUnavailableError
     from jaxflowers.sweep.example.run import run_sweep  # imports no JAX
     from jaxflowers.sweep.jobs import job_options
-    from jaxflowers.sweep.example.data import DataUnavailableError
 
     devices = int(args.devices) if args.devices.isdigit() else args.devices
     try:

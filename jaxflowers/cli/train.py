@@ -12,8 +12,16 @@ import os
 import sys
 import time
 
+from jaxflowers.host import signals
+
+
 class Interrupted(Exception):
-    """Ctrl-C, turned into one line: what was going on, and what was kept."""
+    """SIGINT or SIGTERM, turned into one line (what was going on, what was kept) and the
+    exit status (130 or 143)."""
+
+    def __init__(self, message: str, status: int = 130):
+        super().__init__(message)
+        self.status = status
 
 
 def positive_int(text: str) -> int:
@@ -149,12 +157,14 @@ def _join_processes(args) -> None:
 
 @contextlib.contextmanager
 def stage(what: str, kept: tuple[str, ...] = ()):
-    """Ctrl-C inside the block becomes :class:`Interrupted` saying ``what`` was going on."""
+    """SIGINT or SIGTERM inside the block becomes :class:`Interrupted` saying ``what`` was
+    going on."""
     try:
         yield
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         saved = f"kept {', '.join(kept)}" if kept else "nothing was saved"
-        raise Interrupted(f"interrupted while {what}; {saved}") from None
+        words = "terminated (SIGTERM)" if isinstance(stop, signals.Terminated) else "interrupted"
+        raise Interrupted(f"{words} while {what}; {saved}", signals.exit_status(stop)) from None
 
 
 def run(args) -> int:
@@ -289,17 +299,19 @@ def _keep(args, net, info, main_process: bool) -> tuple[str, ...]:
     """Write metrics.csv and (``--save``) the network, on process 0; raise
     :class:`Interrupted` or :class:`Diverged` when training did not finish (in every
     process, so all of them stop). Returns what was written."""
-    from jaxflowers.training import loop
+    from jaxflowers.training.stop import StopReason
 
     metrics = os.path.join(args.out, "metrics.csv")
     if main_process:
         info.to_csv(metrics)
-    if info.stop_reason == loop.INTERRUPTED:
+    if info.stopped_by.by_signal:
         where = (f"the checkpoint is in {info.checkpoint} (continue with --resume)"
                  if info.checkpoint else "no checkpoint was written (--checkpoint-dir DIR "
                                          "keeps one)")
-        raise Interrupted(f"interrupted after iteration {len(info.loss)}: {where}; history in "
-                          f"{metrics}")
+        terminated = info.stopped_by is StopReason.TERMINATED
+        words = "terminated (SIGTERM)" if terminated else "interrupted"
+        raise Interrupted(f"{words} after iteration {len(info.loss)}: {where}; history in "
+                          f"{metrics}", 143 if terminated else 130)
     if info.diverged:
         raise Diverged(f"{info.stop_reason}; the history is in {metrics}")
     if not main_process:

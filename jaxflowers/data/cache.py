@@ -41,8 +41,8 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from jaxflowers.data import decode
-from jaxflowers.host.files import sha256_file, unwritable, write_json_atomic
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
+from jaxflowers.host.files import sha256_file, unwritable, write_json_atomic
 
 RESIZE_METHOD = "pil-lanczos"  # recorded in the key and the sidecar; change it if decoding changes
 FORMAT_VERSION = 1

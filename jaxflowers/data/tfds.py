@@ -24,6 +24,7 @@ from PIL import Image
 
 from jaxflowers.data.imageset import ImageSet
 
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class TfdsImages:
     """Random-access view of a TFDS split, ready for a grain pipeline.

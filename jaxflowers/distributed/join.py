@@ -13,9 +13,9 @@ import subprocess
 import sys
 from typing import Sequence
 
+from jaxflowers.distributed import checkin as roster
 from jaxflowers.host import gpus
 from jaxflowers.host import processes as launch
-from jaxflowers.distributed import checkin as roster
 
 # Environment variables `initialize` reads for a plain (non-Slurm/MPI/Kubernetes) launch.
 COORDINATOR_ENV = "JAXFLOWERS_COORDINATOR"  # HOST:PORT of process 0

@@ -1,8 +1,9 @@
-"""Ctrl-C during training: stop at the next block boundary and keep the results.
+"""SIGINT (Ctrl-C) and SIGTERM (``kill``, Slurm's time limit, Kubernetes) while a run works.
 
-While :func:`catch` is active in the main thread, the first SIGINT only sets a flag (the
-training loop stops at its next dispatch and returns what it has); a second SIGINT raises
-``KeyboardInterrupt`` as usual, for a user who wants out at once.
+While :func:`catch` is active in the main thread, the first of either signal only records
+itself (``Interrupt.signal``): the training loop stops at its next block boundary and
+returns what it has. A second one raises at once: ``KeyboardInterrupt`` for SIGINT,
+``Terminated`` (a ``KeyboardInterrupt`` too) for SIGTERM.
 """
 from __future__ import annotations
 
@@ -11,31 +12,57 @@ import signal
 import sys
 import threading
 
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}  # the shell's 128 + signal number
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would raise ``KeyboardInterrupt``."""
+
+
+def raise_for(signum: int) -> None:
+    """Raise the exception that stands for ``signum`` in the main thread."""
+    raise Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def exit_status(error: BaseException) -> int:
+    """130 for ``KeyboardInterrupt``, 143 for ``Terminated``."""
+    return EXIT_STATUS[signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT]
+
 
 class Interrupt:
-    """Whether Ctrl-C was pressed while training (``requested``)."""
+    """Which stop signal arrived while training (``signal``: None, SIGINT or SIGTERM)."""
 
     def __init__(self):
-        self.requested = False
+        self.signal: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
 
     def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print("\nCtrl-C: stopping at the next block boundary (press it again to abort at once)",
+        if self.signal is not None:
+            raise_for(signum)
+        self.signal = signum
+        name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+        print(f"\n{name}: stopping at the next block boundary (again to stop at once)",
               file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
 def catch():
-    """Within the block, Ctrl-C sets ``Interrupt.requested`` instead of raising (main thread
-    only; elsewhere the flag simply stays False)."""
+    """Within the block SIGINT and SIGTERM set ``Interrupt.signal`` instead of stopping the
+    process (main thread only; elsewhere it stays None)."""
     interrupt = Interrupt()
     if threading.current_thread() is not threading.main_thread():
         yield interrupt
         return
-    previous = signal.signal(signal.SIGINT, interrupt._handle)
+    previous = {signum: signal.signal(signum, interrupt._handle) for signum in SIGNALS}
     try:
         yield interrupt
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+        for signum, handler in previous.items():
+            if handler is None:  # installed outside Python: the interpreter's own default
+                handler = (signal.default_int_handler if signum == signal.SIGINT
+                           else signal.SIG_DFL)
+            signal.signal(signum, handler)

@@ -12,8 +12,9 @@ import numpy as np
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """float64 log-probabilities of (n, C) logits, along the last axis, on the host."""
     logits = np.asarray(logits, np.float64)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    with np.errstate(invalid="ignore", over="ignore"):  # a non-finite row stays non-finite
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 class Labels(np.ndarray):

@@ -29,16 +29,20 @@ def score(logits: np.ndarray, labels: np.ndarray, names=()) -> dict[str, float]:
       names: metric names among "accuracy", "fscore", "precision", "recall", "auc".
 
     Returns:
-      ``{"loss": ..., "accuracy": ..., name: ...}`` as Python floats.
+      ``{"loss": ..., "accuracy": ..., name: ...}`` as Python floats; every score is NaN
+      when some logits are not finite (a diverged network has no class to pick for them,
+      and argmax would call them class 0).
     """
+    names = [name for name in names if name != "accuracy"]
+    if not np.isfinite(logits).all():
+        return dict.fromkeys(("loss", "accuracy", *names), float("nan"))
     log_probs = log_softmax(logits)
     labels = np.asarray(labels, np.int64)
     predicted = np.argmax(log_probs, axis=1)
     scores = {"loss": float(-np.mean(log_probs[np.arange(len(labels)), labels])),
               "accuracy": 100.0 * float(np.mean(predicted == labels))}
     for name in names:
-        if name != "accuracy":
-            scores[name] = _metric(name, labels, predicted, np.exp(log_probs))
+        scores[name] = _metric(name, labels, predicted, np.exp(log_probs))
     return scores
 
 

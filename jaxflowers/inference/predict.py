@@ -5,6 +5,8 @@ pads and cuts), and with several processes every process receives every score.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from jaxflowers.inference.forward import ForwardPass
@@ -47,7 +49,14 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
     logits = forward.logits(variables, forward.place(images), stats)
     # On the host: the logits are here already, and an eager softmax on the devices would
     # compile several small programs in every run.
-    return np.exp(log_softmax(logits)).astype(np.float32)
+    scores = np.exp(log_softmax(logits)).astype(np.float32)
+    bad = np.flatnonzero(~np.isfinite(scores).all(axis=1))
+    if bad.size:
+        warnings.warn(f"predict: the scores of {bad.size} of {len(scores)} images are not "
+                      f"finite (first: row {bad[0]}); the network's outputs overflow "
+                      "(a diverged network?), and scores_to_labels will refuse them",
+                      RuntimeWarning, stacklevel=2)
+    return scores
 
 
 def classify(net, data, **kwargs) -> tuple[Labels, np.ndarray]:

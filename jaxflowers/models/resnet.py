@@ -13,8 +13,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from jaxflowers.models.layers import Conv, Dense
-from jaxflowers.models.norm import BatchNorm
 from jaxflowers.models.maxpool import max_pool
+from jaxflowers.models.norm import BatchNorm
 from jaxflowers.models.stem import StemConv
 
 ModuleDef = Any

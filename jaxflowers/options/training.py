@@ -173,7 +173,9 @@ def scale_for_devices(options: TrainingOptions, num_devices: int | None = None, 
       New ``TrainingOptions``.
     """
     if num_devices is None:
-        from jaxflowers.parallel.data_parallel import select_devices  # imports JAX only when asked to count
+        from jaxflowers.parallel.data_parallel import (
+            select_devices,  # imports JAX only when asked to count
+        )
         num_devices = len(select_devices(options.execution_environment))
     if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
         raise ValueError(f"num_devices={num_devices!r} must be a positive integer")

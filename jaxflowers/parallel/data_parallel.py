@@ -223,6 +223,15 @@ class DataParallel:
         return jax.tree.map(lambda x: x.item() if x.ndim == 0 else x,
                             multihost_utils.broadcast_one_to_all(value))
 
+    def any_process(self, bits: int) -> int:
+        """The bitwise OR of ``bits`` (a small non-negative int) over every process, so a
+        flag raised in any process (a signal) reaches all of them at the same point."""
+        if not self.multiprocess:
+            return int(bits)
+        from jax.experimental import multihost_utils
+        gathered = multihost_utils.process_allgather(np.int32(bits))
+        return int(np.bitwise_or.reduce(np.asarray(gathered).reshape(-1)))
+
     def wrap(self, fn: Callable, in_specs: Sequence[Any], out_specs: Any,
              donate_argnums: Sequence[int] = ()) -> Callable:
         """Compile ``fn`` (a per-device function using axis ``"data"``) for all devices.

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jaxflowers.plots.backend import BLUE, RED, pyplot
 from jaxflowers.inference.labels import confusion_matrix
+from jaxflowers.plots.backend import BLUE, RED, pyplot
 from jaxflowers.plots.sweep_grid import SweepProgressPlot, sweep_progress
 from jaxflowers.plots.training_progress import TrainingProgressPlot, training_progress
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import enum
 import sys
 from typing import Any, Callable
 
@@ -46,6 +47,8 @@ def encode_tree(value: Any, arrays: dict[str, np.ndarray], *, what: str,
 
 
 def _encode(value, arrays, path, known):
+    if isinstance(value, enum.Enum):  # its value; the field's owner takes it back
+        return value.value
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, np.generic):

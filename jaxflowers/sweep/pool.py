@@ -16,13 +16,12 @@ import threading
 from concurrent.futures import wait
 from typing import Any, Callable, Sequence
 
-from jaxflowers.sweep import transfer as codec
 from jaxflowers.sweep import shutdown as interrupts
+from jaxflowers.sweep import transfer as codec
 from jaxflowers.sweep.backends.base import Backend, Job, JobEvents
-from jaxflowers.sweep.slots import make_slots
 from jaxflowers.sweep.events import EventDispatcher
 from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError
-
+from jaxflowers.sweep.slots import make_slots
 
 # The "state" of the messages train_job sends (train's output_fn) and the pool adds.
 MESSAGE_STATES = ("start", "iteration", "validation", "done", "failed", "cancelled")

@@ -7,7 +7,8 @@ is the pure per-device step); ``loop`` drives it; ``checkpoint``, ``population``
 """
 from jaxflowers.host.lazy import lazy_names
 
-_EXPORTS = {"train": "jaxflowers.training.run", "TrainingInfo": "jaxflowers.training.info"}
+_EXPORTS = {"train": "jaxflowers.training.run", "TrainingInfo": "jaxflowers.training.info",
+            "StopReason": "jaxflowers.training.stop"}
 __all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_names(__name__, globals(), _EXPORTS)

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxflowers.training.history import History
 from jaxflowers.options.training import TrainingOptions
+from jaxflowers.training.history import History
 
 FORMAT = 2  # 2: the best-validation network and the new options in the record
 # Options that change what a run computes; a resumed run must keep them. (``max_epochs``

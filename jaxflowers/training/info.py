@@ -7,18 +7,11 @@ import os
 
 import numpy as np
 
+from jaxflowers.training.stop import StopReason
+
 # The columns of ``TrainingInfo.to_csv`` / ``to_dataframe``, one row per iteration.
 COLUMNS = ("iteration", "epoch", "loss", "accuracy", "learn_rate", "validation_loss",
            "validation_accuracy")
-
-# Stop reasons that mean the network diverged (``TrainingInfo.diverged``).
-DIVERGED_PREFIXES = ("training loss is", "gradient is")
-
-
-def is_divergence(stop_reason: str | None) -> bool:
-    """Whether ``stop_reason`` says a loss or gradient was not finite."""
-    return (stop_reason or "").startswith(DIVERGED_PREFIXES)
-
 
 @dataclasses.dataclass
 class TrainingInfo:
@@ -53,13 +46,14 @@ class TrainingInfo:
     images_per_second: float = 0.0  # training images / (train_time - validation_time)
     num_devices: int = 1
     data_placement: str = "resident"  # "resident" (copied to the devices) or "stream"
-    stopped_early: bool = False  # training ended before max_epochs (see stop_reason)
-    stop_reason: str = "max epochs completed"  # why training ended (MATLAB: StopReason)
-    # "max epochs completed", "met validation criterion" (patience), "stopped by output_fn",
-    # "interrupted", or "training loss is NaN at iteration k" and kin (diverged)
+    stopped_early: bool = False  # training ended before max_epochs (see stopped_by)
+    stop_reason: str = "max epochs completed"  # MATLAB's StopReason in words, e.g.
+    # "met validation criterion", "training loss is NaN at iteration 12"
+    stopped_by: StopReason = StopReason.MAX_EPOCHS  # the same as a StopReason
     checkpoint: str | None = None  # folder of the newest checkpoint written, if any
 
     def __post_init__(self):
+        self.stopped_by = StopReason(self.stopped_by)  # its value, from a JSON record
         # train gives the returned network's scores; an info built otherwise (the record so
         # far, during training) takes the last validation's.
         if len(self.validation_iteration):
@@ -74,7 +68,7 @@ class TrainingInfo:
     @property
     def diverged(self) -> bool:
         """Whether training stopped on a loss or gradient that was not finite."""
-        return is_divergence(self.stop_reason)
+        return self.stopped_by.diverged
 
     def to_csv(self, path) -> str:
         """Write the per-iteration history as CSV, one row per iteration (``writetable``).

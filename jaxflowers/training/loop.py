@@ -6,21 +6,22 @@ between them with nothing read back. On accelerators the host reads a sync point
 results one sync point late, so the devices never wait for it; on CPUs at once.
 
 Training stops at the end of the plan, when ``output_fn`` asks (every process then takes
-process 0's answer), on Ctrl-C (``interrupt``), at the first iteration whose loss or
-gradient is not finite (the state then holds the last finite network; see ``step``), or at
-the validation where the objective metric has run out of patience (``objective``).
+process 0's answer), on SIGINT or SIGTERM in any process (``host.signals``), at the first
+iteration whose training or validation loss (or gradient) is not finite (the state then
+holds the last finite network; see ``step``), or at the validation where the objective
+has run out of patience (``early_stopping``). ``stop`` says which (``StopReason``).
 
-Validations that may decide the returned network (``keep``) score a copy of the network
-made on the devices when they are dispatched; once its scores are read, the copy is kept as
-the best or the latest network, or dropped. Nothing goes to the host per validation, and a
-stop decided one sync point late still returns the network of the validation that decided
-it (the devices have run on by then; what they ran is not recorded).
+Validations that may decide the returned network score a copy of the network made on the
+devices when they are dispatched; ``EarlyStopping`` keeps or drops it once its scores are
+read. Nothing goes to the host per validation, and a stop decided one sync point late
+still returns the network of the validation that decided it.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
 import math
+import signal
 import time
 from typing import Any
 
@@ -28,13 +29,11 @@ import jax
 import numpy as np
 
 from jaxflowers.inference import metrics
-from jaxflowers.training.objective import Objective
+from jaxflowers.training.early_stopping import EarlyStopping
 from jaxflowers.training.progress import Progress
+from jaxflowers.training.stop import StopReason, divergence_words
 
-MAX_EPOCHS = "max epochs completed"
-OUTPUT_FN = "stopped by output_fn"
-INTERRUPTED = "interrupted"
-PATIENCE = "met validation criterion"  # MATLAB's words for ValidationPatience
+_OUTPUT_FN, _SIGINT, _SIGTERM = 1, 2, 4  # stop flags, OR-ed over the processes
 
 
 @dataclasses.dataclass
@@ -89,26 +88,24 @@ class TrainingLoop:
       progress: where results go.
       schedule: the sync points.
       look_ahead: sync points by which the host reads results late (0 or 1).
-      interrupt: an ``interrupt.Interrupt`` (Ctrl-C), or None.
+      interrupt: a ``host.signals.Interrupt``, or None.
       checkpoints: ``(checkpointer, record_fn)`` or None; ``record_fn(iteration)`` gives a
         checkpoint's JSON record.
-      objective: judges the validations (best, patience), or None.
-      keep: keep the validated networks on the devices (``best``, ``latest``).
-      best: ``(iteration, placed variables)`` of the best network so far (a resumed run's).
+      early_stopping: judges the validations and keeps the networks they may return, or
+        None (validated networks are then not copied).
 
     Attributes:
-      best, latest: ``(iteration, placed variables)`` of the best and of the latest
-        validated network (with ``keep``), or None.
+      stop, stop_words: the ``StopReason`` once training stops early, and its words.
     """
 
     def __init__(self, program, ready, progress: Progress, schedule: Schedule, *,
                  look_ahead: int, interrupt=None, checkpoints=None,
-                 objective: Objective | None = None, keep: bool = False, best=None):
+                 early_stopping: EarlyStopping | None = None):
         self.program, self.ready, self.progress, self.schedule = program, ready, progress, schedule
         self.look_ahead, self.interrupt, self.checkpoints = look_ahead, interrupt, checkpoints
-        self.objective, self.keep = objective, keep
-        self.best, self.latest = best, None
-        self.stop_reason: str | None = None
+        self.early_stopping = early_stopping
+        self.stop: StopReason | None = None
+        self.stop_words: str | None = None
         self.last_checkpoint = None
         self._validation_wait = 0.0
 
@@ -116,8 +113,8 @@ class TrainingLoop:
         """Train from iteration ``start``; returns the final state and the loop's timings."""
         queue: collections.deque[_SyncPoint] = collections.deque()
         done, t0 = start, time.perf_counter()
-        if self.objective is not None and self.objective.exhausted:
-            self.stop_reason = PATIENCE  # resumed from the checkpoint of the stop
+        if self.early_stopping is not None and self.early_stopping.exhausted:
+            self._stop(StopReason.PATIENCE)  # resumed from the checkpoint of the stop
         while done < self.schedule.total and not self._stopping(sync_point=True):
             limit = self.schedule.next_sync(done)
             point = _SyncPoint(limit, [])
@@ -143,8 +140,9 @@ class TrainingLoop:
         return state, timings
 
     def final_checkpoint(self, state) -> None:
-        """Checkpoint ``state`` now if Ctrl-C stopped the run, unless it is the newest already."""
-        if self.checkpoints is None or self.stop_reason != INTERRUPTED:
+        """Checkpoint ``state`` now if a signal stopped the run, unless it is the newest
+        already."""
+        if self.checkpoints is None or self.stop is None or not self.stop.by_signal:
             return
         done = self.progress.iterations_done
         if self.last_checkpoint is None or self.last_checkpoint[0] != done:
@@ -154,9 +152,10 @@ class TrainingLoop:
         """Start the validation pass and the checkpoint copy due at ``point``."""
         if self.ready.validation is not None and self.schedule.validates(point.done):
             placed, _, stats = self.ready.validation
-            variables = self.program.variables(state, keep=self.keep)
+            keep = self.early_stopping is not None
+            variables = self.program.variables(state, keep=keep)
             point.validation = self.program.forward.start(variables, placed, stats)
-            point.variables = variables if self.keep else None
+            point.variables = variables if keep else None
         if self.checkpoints is not None and self.schedule.checkpoints(point.done):
             point.snapshot = self.program.tree_state(state)
 
@@ -175,21 +174,17 @@ class TrainingLoop:
                                    self.program.options.metrics)
             self._validation_wait += time.perf_counter() - t_val
             self.progress.add_validation(point.done, scores)
-            self._judge(point, scores)
+            if not math.isfinite(scores["loss"]):
+                self._stop(StopReason.VALIDATION_DIVERGED, divergence_words(
+                    scores["loss"], point.done, validation=True))
+                self.progress.report()
+                return
+            if self.early_stopping is not None and self.early_stopping.judge(
+                    point.done, scores, point.variables):
+                self._stop(StopReason.PATIENCE)
         if point.snapshot is not None:
             self._save(point.done, point.snapshot)
         self.progress.report()
-
-    def _judge(self, point: _SyncPoint, scores: dict) -> None:
-        """Keep or drop the validated network; stop once patience has run out."""
-        if self.objective is None:
-            return
-        if self.objective.update(point.done, scores) and self.keep:
-            self.best = (point.done, point.variables)
-        if self.keep and not math.isinf(self.objective.patience):  # for a patience stop
-            self.latest = (point.done, point.variables)
-        if self.objective.exhausted:
-            self.stop_reason = PATIENCE
 
     def _drain(self, blocks) -> None:
         """Fetch finished blocks' metrics (a host sync) and record their iterations, up to
@@ -204,52 +199,47 @@ class TrainingLoop:
             self.progress.add(block["loss"][:count], block["accuracy"][:count],
                               block["learn_rate"][:count])
             if bad.size:
-                self.stop_reason = _divergence(float(block["loss"][count - 1]),
-                                               self.progress.iterations_done)
+                self._stop(StopReason.DIVERGED, divergence_words(
+                    float(block["loss"][count - 1]), self.progress.iterations_done))
 
     def _save(self, iteration: int, snapshot) -> None:
         checkpointer, record = self.checkpoints
-        if self.keep:  # the best network so far (before any validation: this one)
-            best = self.best[1] if self.best else {
-                "params": snapshot["params"], "batch_stats": snapshot["batch_stats"]}
-            snapshot = {**snapshot, "best": best}
+        if self.early_stopping is not None:  # the best network so far travels along
+            snapshot = {**snapshot, "best": self.early_stopping.best_so_far(snapshot)}
         folder = checkpointer.save(iteration, snapshot, record(iteration))
         self.last_checkpoint = (iteration, folder)
+
+    def _stop(self, reason: StopReason, words: str | None = None) -> None:
+        self.stop, self.stop_words = reason, words or reason.value
 
     def _halted(self) -> bool:
         """Whether training ended at a recorded point (divergence, patience): results
         dispatched after it are not recorded."""
-        return self.stop_reason not in (None, OUTPUT_FN, INTERRUPTED)
+        return self.stop is not None and self.stop.at_recorded_point
 
     def _stopping(self, *, sync_point: bool = False) -> bool:
         """Whether to stop dispatching. With several processes only process 0 runs
-        ``output_fn``: at each sync point every process takes process 0's stop request and
-        Ctrl-C (one small collective), and between sync points nothing changes, so every
-        process dispatches the same blocks."""
-        if self.stop_reason is not None:
+        ``output_fn`` and a signal may reach any one of them: at each sync point every
+        process takes the OR of all their flags (one small collective), and between sync
+        points nothing changes, so every process dispatches the same blocks."""
+        if self.stop is not None:
             return True
-        output_fn = self.progress.stop_requested
-        ctrl_c = self.interrupt is not None and self.interrupt.requested
+        signum = self.interrupt.signal if self.interrupt is not None else None
+        flags = (_OUTPUT_FN * self.progress.stop_requested
+                 | (_SIGINT if signum == signal.SIGINT else 0)
+                 | (_SIGTERM if signum == signal.SIGTERM else 0))
         parallel = self.program.parallel
         if parallel.multiprocess:
             if not sync_point:
                 return False
-            code = int(parallel.from_main_process(np.int32(output_fn + 2 * ctrl_c)))
-            output_fn, ctrl_c = bool(code & 1), bool(code & 2)
-        if output_fn:
-            self.stop_reason = OUTPUT_FN
-        elif ctrl_c:
-            self.stop_reason = INTERRUPTED
-        return self.stop_reason is not None
-
-
-def _divergence(loss: float, iteration: int) -> str:
-    """The stop reason for a non-finite step (MATLAB: "Training loss is NaN")."""
-    if math.isnan(loss):
-        return f"training loss is NaN at iteration {iteration}"
-    if math.isinf(loss):
-        return f"training loss is Inf at iteration {iteration}"
-    return f"gradient is not finite at iteration {iteration}"
+            flags = parallel.any_process(flags)
+        if flags & _OUTPUT_FN:
+            self._stop(StopReason.OUTPUT_FN)
+        elif flags & _SIGTERM:
+            self._stop(StopReason.TERMINATED)
+        elif flags & _SIGINT:
+            self._stop(StopReason.INTERRUPTED)
+        return self.stop is not None
 
 
 def _next_multiple(done: int, every: int) -> int:

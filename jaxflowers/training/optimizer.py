@@ -6,7 +6,6 @@ here, once, from the number of iterations per epoch (``schedules.to_optax``).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +13,7 @@ import optax
 
 from jaxflowers import schedules
 from jaxflowers.options.training import TrainingOptions
+from jaxflowers.training.layout import FlatParams
 
 
 def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int) -> optax.Schedule:
@@ -30,16 +30,15 @@ def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int) -> optax
 
 
 def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
-                   layout: Callable[[], Any] = lambda: None) -> optax.GradientTransformation:
+                   layout: FlatParams | None = None) -> optax.GradientTransformation:
     """The solver with L2 regularisation, gradient clipping and the learning-rate schedule.
 
     L2 is added to the gradient first (``add_decayed_weights``), as MATLAB's
     ``L2Regularization`` does for every solver; the sum is clipped (``GradientThreshold``)
     and handed to the solver. The step applies this to the all-reduced gradient, so every
     device clips the same gradient. Every transformation but the per-parameter "l2norm"
-    clip is elementwise; that one calls ``layout()`` when the update is traced, for the
-    ``step.FlatParams`` of a flat parameter vector (None: a parameter tree); a callable, as
-    the layout is known only once the initial state has been traced with this optimizer.
+    clip is elementwise; that one finds each tensor in a flat vector by ``layout`` (None:
+    the parameters are a tree).
     """
     schedule = learn_rate_schedule(options, steps_per_epoch)
     if options.solver == "sgdm":
@@ -60,7 +59,8 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
     return optax.chain(*chain, solver) if chain else solver
 
 
-def _clip(method: str, threshold: float, layout: Callable) -> optax.GradientTransformation:
+def _clip(method: str, threshold: float, layout: FlatParams | None
+          ) -> optax.GradientTransformation:
     """MATLAB's ``GradientThresholdMethod``: "global-l2norm" scales the whole gradient to
     an L2 norm of at most ``threshold``; "absolute-value" clips every element to
     ``[-threshold, threshold]``; "l2norm" scales each parameter tensor to a norm of at most
@@ -72,7 +72,7 @@ def _clip(method: str, threshold: float, layout: Callable) -> optax.GradientTran
 
     def per_tensor(updates, params=None):
         del params
-        flat = layout()
+        flat = layout
         if flat is None:
             return jax.tree.map(
                 lambda g: g * _shrink(jnp.sqrt(jnp.sum(jnp.square(g))), threshold), updates)

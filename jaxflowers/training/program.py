@@ -18,14 +18,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxflowers.training import population
 from jaxflowers.data.feed import ResidentData, channel_stats, stats_from_moments
-from jaxflowers.options.execution import Resolved
 from jaxflowers.inference.forward import ForwardPass
-from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
+from jaxflowers.options.execution import Resolved
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.parallel.data_parallel import AXIS, REPLICATED, DataParallel, sharded
-from jaxflowers.training.step import StepConfig, TrainState, init_program, train_block, train_streamed
+from jaxflowers.training import population
+from jaxflowers.training.layout import Layout, flat_layout
+from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
+from jaxflowers.training.step import (
+    SEED,
+    StepConfig,
+    TrainState,
+    init_program,
+    init_variables,
+    train_block,
+    train_streamed,
+)
 
 
 @dataclasses.dataclass
@@ -58,30 +67,29 @@ class TrainProgram:
         self.dtype = jnp.bfloat16 if resolved.precision == "bfloat16" else jnp.float32
         self.model = _configure(model, self.dtype, None)  # per-device batch norm: init, forward
         steps = feed.steps_per_epoch
-        # The per-tensor gradient clip finds each tensor in the flat vector by the layout,
-        # which the initial state's trace below decides.
-        tx = make_optimizer(options, steps, layout=lambda: self.layout)
-        # Traced once: the traced parameters also give the one-vector layout.
-        self.init = init_program(self.model, tx, self.input_shape, options.seed,
-                                 resolved.flat_parameters or None)
-        self._local_shapes = self.init.eval_shape()
+        initial = init_variables(self.model, self.input_shape)
+        variables = jax.eval_shape(initial, SEED)  # one trace of the model's init, reused
+        flat = flat_layout(variables) if resolved.flat_parameters else None
+        tx = make_optimizer(options, steps, layout=flat)
+        self.layout = Layout(flat, tx)
+        self.init = init_program(initial, tx, flat)
+        self._local_shapes = jax.eval_shape(self.init, SEED)
         self.state_shapes = parallel.abstract(self._local_shapes)
-        self.layout = self.init.flat
         self.cfg = StepConfig(
             model=_configure(model, self.dtype, AXIS if sync_batch_norm else None), tx=tx,
             schedule=learn_rate_schedule(options, steps), augmentation=options.augmentation,
-            dtype=self.dtype, sync_batch_norm=sync_batch_norm, flat=self.layout)
+            dtype=self.dtype, sync_batch_norm=sync_batch_norm, flat=flat)
         channels = jax.ShapeDtypeStruct((feed.shape[-1],), jnp.float32)
         self.stats_shape = parallel.abstract((channels, channels))
         per_device = options.mini_batch_size // parallel.num_devices
         self.forward = ForwardPass(parallel, self.model, self.dtype, per_device)
-        self._to_tree = parallel.wrap(self._tree_state, (REPLICATED,), REPLICATED)
-        self._unpack = (None if self.layout is None else
-                        parallel.wrap(self.layout.unpack, (REPLICATED,), REPLICATED))
-        self._snapshot = parallel.wrap(self._copy_variables, (REPLICATED,), REPLICATED)
+        self._to_tree = parallel.wrap(self.layout.to_tree, (REPLICATED,), REPLICATED)
+        self._unpack = (None if flat is None else
+                        parallel.wrap(self.layout.variables, (REPLICATED,), REPLICATED))
+        self._snapshot = parallel.wrap(self.layout.copy_variables, (REPLICATED,), REPLICATED)
         # Population statistics: with batch norm pooled over the global batch (population.py).
         self.recomputes_statistics = (options.batch_normalization_statistics == "population"
-                           and bool(jax.tree.leaves(self._local_shapes.batch_stats)))
+                                      and bool(jax.tree.leaves(variables.get("batch_stats"))))
         self._population_model = _configure(model, self.dtype, AXIS)
 
     # ------------------------------------------------------------------ preparation
@@ -141,7 +149,7 @@ class TrainProgram:
 
     def _initial_state(self, restored):
         if restored is None:
-            return self.parallel.put(self.init())
+            return self.parallel.put(self.init(np.uint32(self.options.seed)))
         return self.parallel.put(self.state_from_tree(restored))
 
     def _place_feed(self, start: int):
@@ -207,9 +215,7 @@ class TrainProgram:
 
     def variable_shapes_local(self):
         """Shapes of the model's variables in tree form on one device."""
-        local = self._local_shapes
-        shapes = {"params": local.params, "batch_stats": local.batch_stats}
-        return shapes if self.layout is None else jax.eval_shape(self.layout.unpack, shapes)
+        return jax.eval_shape(self.layout.variables, self._local_shapes.stored_variables())
 
     def variables(self, state: TrainState, *, keep: bool = False):
         """The model's variables as a placed tree (dispatched, not waited for). With
@@ -222,8 +228,7 @@ class TrainProgram:
 
     def host_variables(self, state: TrainState) -> dict:
         """The model's variables as numpy arrays (fetched as stored, unravelled on the host)."""
-        stored = self.parallel.get(state.stored_variables())
-        return stored if self.layout is None else self.layout.unpack(stored)
+        return self.layout.variables(self.parallel.get(state.stored_variables()))
 
     def tree_state(self, state: TrainState):
         """A placed copy of ``state`` in tree form, whatever the layout: parameters and the
@@ -233,31 +238,11 @@ class TrainProgram:
 
     def tree_state_shapes(self):
         """Shapes and dtypes (no sharding) of ``tree_state``'s result."""
-        return jax.eval_shape(self._tree_state, self._local_shapes)
+        return jax.eval_shape(self.layout.to_tree, self._local_shapes)
 
     def state_from_tree(self, tree: dict) -> TrainState:
         """A host ``TrainState`` in this program's layout from a tree-form state."""
-        tree = jax.tree.map(np.asarray, tree)
-        params, opt_state, batch_stats = tree["params"], tree["opt_state"], tree["batch_stats"]
-        if self.layout is not None:
-            # The flat solver state holds one vector where the tree form holds a parameter
-            # tree: cut the tree form at the flat state's leaves and ravel those subtrees.
-            ravel = functools.partial(self.layout.ravel, xp=np)
-            flat_opt = jax.eval_shape(self.cfg.tx.init, jax.ShapeDtypeStruct(
-                (self.layout.offsets[-1],), jnp.float32))
-            treedef = jax.tree.structure(flat_opt)
-            opt_state = jax.tree.unflatten(treedef, [
-                ravel(part) if self.layout.is_vector(shape) else np.asarray(part)
-                for part, shape in zip(treedef.flatten_up_to(opt_state),
-                                       jax.tree.leaves(flat_opt))])
-            params, batch_stats = ravel(params), self.layout.stats_stored(batch_stats, np)
-        return TrainState(step=tree["step"], params=params, batch_stats=batch_stats,
-                          opt_state=opt_state, key=tree["key"], halted=tree["halted"])
-
-    def _copy_variables(self, stored: dict) -> dict:
-        """Per device: a copy of the stored variables in tree form."""
-        return jax.tree.map(jnp.copy, stored if self.layout is None else
-                            self.layout.unpack(stored))
+        return self.layout.from_tree(tree, TrainState)
 
     # ------------------------------------------------------------------ population statistics
 
@@ -281,17 +266,6 @@ class TrainProgram:
                                  self.stats_shape).compile()
         return lambda variables, arrays, stats: compiled(
             variables, arrays[0], self.parallel.put(order, sharded(1)), stats)
-
-    def _tree_state(self, state: TrainState) -> dict:
-        """Per device: ``state`` as a dict in tree form (copies, never the inputs)."""
-        params, opt_state, batch_stats = state.params, state.opt_state, state.batch_stats
-        if self.layout is not None:
-            params, batch_stats = self.layout.unravel(params), self.layout.stats_tree(batch_stats)
-            opt_state = jax.tree.map(lambda leaf: self.layout.unravel(leaf)
-                                     if self.layout.is_vector(leaf) else jnp.copy(leaf), opt_state)
-        tree = {"step": state.step, "params": params, "batch_stats": batch_stats,
-                "opt_state": opt_state, "key": state.key, "halted": state.halted}
-        return jax.tree.map(jnp.copy, tree)
 
 
 class _ResidentRunner:

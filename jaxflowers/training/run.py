@@ -16,20 +16,21 @@ import time
 
 import numpy as np
 
-from jaxflowers.training import checkpoint as checkpoint_lib
-from jaxflowers.host import signals as interrupt
-from jaxflowers.training import output_network
-from jaxflowers.training.inputs import check_training
 from jaxflowers.data.feed import ResidentData, choose_placement, image_shape
-from jaxflowers.options.execution import ExecutionOptions
-from jaxflowers.training.history import History
-from jaxflowers.training.info import TrainingInfo
-from jaxflowers.training.loop import MAX_EPOCHS, Schedule, TrainingLoop
+from jaxflowers.host import signals
 from jaxflowers.inference.net import TrainedNet
+from jaxflowers.options.execution import ExecutionOptions
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.parallel.data_parallel import DataParallel, select_devices
+from jaxflowers.training import checkpoint as checkpoint_lib
+from jaxflowers.training.early_stopping import EarlyStopping, keeps_networks, returned_network
+from jaxflowers.training.history import History
+from jaxflowers.training.info import TrainingInfo
+from jaxflowers.training.inputs import check_training
+from jaxflowers.training.loop import Schedule, TrainingLoop
 from jaxflowers.training.program import TrainProgram
 from jaxflowers.training.progress import Progress
+from jaxflowers.training.stop import StopReason
 from jaxflowers.training.table import VerboseTable
 
 __all__ = ["TrainedNet", "TrainingInfo", "train"]
@@ -81,7 +82,7 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     program = TrainProgram(parallel, model, options, resolved, feed=feed,
                            input_shape=input_shape, sync_batch_norm=execution.sync_batch_norm)
     shapes = program.tree_state_shapes()
-    if output_network.keeps_networks(options):  # checkpoints hold the best network too
+    if keeps_networks(options):  # checkpoints hold the best network too
         shapes = {**shapes, "best": program.variable_shapes_local()}
     restored = (checkpoint_lib.restore(resume, shapes, options, data)
                 if resume is not None else None)
@@ -103,45 +104,53 @@ class _Run:
     def execute(self) -> tuple[TrainedNet, TrainingInfo]:
         t0 = time.perf_counter()
         checkpoints = self._checkpointer()
-        with interrupt.catch() as ctrl_c:
+        with signals.catch() as interrupt:
             try:
                 ready = self.program.prepare(
                     self.options.validation_data, self.restored and self.restored.state,
                     self.start, checkpoints=checkpoints is not None,
-                    snapshots=output_network.keeps_networks(self.options))
+                    snapshots=keeps_networks(self.options))
                 compile_time = time.perf_counter() - t0
                 progress = self._progress()
                 progress.start(self._summary())
-                objective = output_network.objective(self.options, self.history)
+                early_stopping = self._early_stopping()
                 loop = TrainingLoop(self.program, ready, progress, self._schedule(),
                                     look_ahead=_look_ahead(self.options, self.parallel),
-                                    interrupt=ctrl_c, checkpoints=checkpoints,
-                                    objective=objective, keep=objective is not None,
-                                    best=self._restored_best(objective))
+                                    interrupt=interrupt, checkpoints=checkpoints,
+                                    early_stopping=early_stopping)
                 state, timings = loop.run(ready.state, self.start)
                 loop.final_checkpoint(state)
-                output = output_network.finish(self.program, ready, loop, state, self.history)
+                chosen = early_stopping.chosen(loop.stop) if early_stopping else None
+                output = returned_network(self.program, ready, chosen, loop.stop, state,
+                                          self.history)
             finally:
                 self.program.feed.close()  # grain's readers, also on early stop or error
                 if checkpoints is not None:
                     checkpoints[0].wait()
                     checkpoints[0].close()
-        reason = loop.stop_reason or MAX_EPOCHS
+        stopped_by = loop.stop or StopReason.MAX_EPOCHS
         info = progress.finish(
             compile_time=compile_time, num_devices=self.parallel.num_devices,
-            data_placement=self.program.feed.kind, stopped_early=reason != MAX_EPOCHS,
-            stop_reason=reason, **timings, **output.info_fields(self.options.metrics),
+            data_placement=self.program.feed.kind,
+            stopped_early=stopped_by is not StopReason.MAX_EPOCHS, stopped_by=stopped_by,
+            stop_reason=loop.stop_words or stopped_by.value, **timings,
+            **output.info_fields(self.options.metrics),
             checkpoint=None if loop.last_checkpoint is None else str(loop.last_checkpoint[1]))
         net = TrainedNet(model=self.program.model, variables=output.variables,
                          class_names=tuple(self.data.class_names),
                          normalization=ready.normalization, input_shape=self.program.input_shape)
         return net, info
 
-    def _restored_best(self, objective):
-        """``(iteration, placed variables)`` of a resumed run's best network, or None."""
-        if objective is None or objective.best_iteration is None or self.restored is None:
+    def _early_stopping(self) -> EarlyStopping | None:
+        """The judge of the validations (with a resumed run's best network), or None when
+        nothing depends on them."""
+        if not keeps_networks(self.options):
             return None
-        return objective.best_iteration, self.parallel.put(self.restored.state["best"])
+        early = EarlyStopping(self.options, self.history)
+        if self.restored is not None and early.objective.best_iteration is not None:
+            early.best = (early.objective.best_iteration,
+                          self.parallel.put(self.restored.state["best"]))
+        return early
 
     def _checkpointer(self):
         if self.options.checkpoint_path is None:

@@ -18,86 +18,15 @@ from typing import Any, Callable
 import flax
 import jax
 import jax.numpy as jnp
-import optax
 import numpy as np
+import optax
 from jax import lax
 
+from jaxflowers.compilation.options import compiler_options
 from jaxflowers.data.augment import Augmentation, normalize
 from jaxflowers.models import init_rng
 from jaxflowers.parallel.data_parallel import AXIS
-from jaxflowers.compilation.options import compiler_options
-
-
-@dataclasses.dataclass(frozen=True)
-class FlatParams:
-    """Where each parameter leaf lives in one float32 vector, the update's internal layout
-    on GPUs (``TrainProgram`` decides; nothing outside the program sees it).
-
-    With the parameters, gradient and optimizer state each one vector, the all-reduce is
-    one collective after the backward pass (per leaf, XLA all-reduces layer by layer and
-    the compute stream waits on each), the solver's update is a few kernels instead of a
-    few per leaf, and nothing is split back into leaves after the update: the forward
-    pass slices each weight where it converts it to the compute dtype anyway. Same
-    arithmetic, element for element, as the per-leaf tree, up to the order in which XLA
-    sums a weight gradient.
-    """
-
-    treedef: Any
-    shapes: tuple[tuple[int, ...], ...]
-    offsets: tuple[int, ...]  # len(shapes) + 1 offsets; the last is the vector's length
-    # The batch-norm statistics' own layout when they are kept as one vector too (then the
-    # step averages and selects them as one array, not one small kernel per layer), or None.
-    stats: "FlatParams | None" = None
-
-    @classmethod
-    def of(cls, tree, stats=None) -> "FlatParams":
-        """The layout of a pytree of arrays or ``jax.ShapeDtypeStruct``s; ``stats``: the
-        batch-norm statistics' tree, to keep as one vector as well (None or empty: not)."""
-        leaves, treedef = jax.tree.flatten(tree)
-        shapes = tuple(tuple(leaf.shape) for leaf in leaves)
-        sizes = [int(np.prod(shape)) for shape in shapes]
-        inner = cls.of(stats) if stats is not None and jax.tree.leaves(stats) else None
-        return cls(treedef, shapes, tuple(np.cumsum([0] + sizes).tolist()), inner)
-
-    def ravel(self, tree, xp=jnp):
-        """The tree's leaves, raveled and concatenated as float32; ``xp``: ``jax.numpy``
-        (in a program) or ``numpy`` (parameters on the host, no device program)."""
-        return xp.concatenate([xp.ravel(leaf).astype(xp.float32)
-                               for leaf in jax.tree.leaves(tree)])
-
-    def unpack(self, variables: dict) -> dict:
-        """``variables`` with their parameter (and statistics) vectors unravelled into trees
-        (numpy, or inside a jitted function: unravelling eagerly would compile one slice per
-        leaf)."""
-        unpacked = {**variables, "params": self.unravel(variables["params"])}
-        if self.stats is not None:
-            unpacked["batch_stats"] = self.stats.unravel(variables["batch_stats"])
-        return unpacked
-
-    def stats_tree(self, batch_stats):
-        """The batch-norm statistics as the model's tree, whichever way they are stored."""
-        return batch_stats if self.stats is None else self.stats.unravel(batch_stats)
-
-    def stats_stored(self, tree, xp=jnp):
-        """The batch-norm statistics' tree as this layout stores them."""
-        return tree if self.stats is None else self.stats.ravel(tree, xp)
-
-    def unravel(self, flat):
-        """The tree back from a vector (jax or numpy), leaf ``i`` a reshaped slice; leading
-        axes (pmap's device axis) are kept."""
-        lead = tuple(flat.shape[:-1])
-        leaves = [flat[..., start:stop].reshape(lead + shape) for start, stop, shape in
-                  zip(self.offsets[:-1], self.offsets[1:], self.shapes)]
-        return jax.tree.unflatten(self.treedef, leaves)
-
-
-    def tree_of(self, vector_or_tree, like_params: bool):
-        """A parameter-shaped vector unravelled (``like_params``), anything else as is."""
-        return self.unravel(vector_or_tree) if like_params else vector_or_tree
-
-    def is_vector(self, leaf) -> bool:
-        """Whether ``leaf`` is a whole parameter vector (a solver's per-parameter state)."""
-        return getattr(leaf, "shape", None) == (self.offsets[-1],)
+from jaxflowers.training.layout import FlatParams
 
 
 @flax.struct.dataclass
@@ -137,42 +66,45 @@ class StepConfig:
         return variables if self.flat is None else self.flat.unpack(variables)
 
 
+SEED = jax.ShapeDtypeStruct((), jnp.uint32)  # the init programs' argument
+
+
 def init_state(model, tx, image_shape, seed: int, flat: FlatParams | None = None) -> TrainState:
     """Initial parameters (float32; one vector with ``flat``) and solver state, on the
     default device."""
-    return init_program(model, tx, image_shape, seed, flat)()
+    return init_program(init_variables(model, image_shape), tx, flat)(np.uint32(seed))
 
 
-def init_program(model, tx, image_shape, seed: int, flat: FlatParams | bool | None = None):
-    """The jitted, argument-free program behind ``init_state`` (``.eval_shape()`` gives the
-    state's shapes without compiling it; calling it reuses that trace).
+def init_variables(model, image_shape):
+    """The jitted ``seed -> {"params", "batch_stats"}`` of ``model`` for (H, W, C) images.
 
-    ``flat``: keep the parameters as one vector in this layout; ``True``: in the layout of
-    the parameters the trace creates, which the program's ``flat`` attribute holds once it
-    is traced (so ``model.init`` is traced once for both); None: as the model's tree.
+    ``jax.eval_shape(init_variables(...), SEED)`` gives the shapes that decide the layout;
+    ``init_program`` calls the same jitted function, whose trace JAX then reuses.
     """
-    @functools.partial(jax.jit, compiler_options=compiler_options())
-    def _init():
-        # Both keys derived inside the program: computed eagerly, their dozen small ops would
-        # each compile on their own, in every run.
-        data_key = jax.random.split(jax.random.PRNGKey(seed))[1]
+    @jax.jit  # nested in init_program's, which carries the compiler options
+    def variables(seed):
         # Initial weights from a counter-based hash generator (models.init_rng): the same
-        # initialisers and distributions, in a program that compiles several times faster
-        # than with JAX's generators. Deterministic for a seed on any backend and device count.
-        variables = model.init(init_rng.key(seed), jnp.zeros((1, *image_shape), jnp.float32),
-                               train=False)
-        layout, batch_stats = flat, variables.get("batch_stats", {})
-        if flat is True:
-            layout = _init.flat = FlatParams.of(variables["params"], batch_stats)
-        params = variables["params"]
-        if layout is not None:
-            params, batch_stats = layout.ravel(params), layout.stats_stored(batch_stats)
+        # distributions, in a program that compiles several times faster.
+        return model.init(init_rng.key(seed), jnp.zeros((1, *image_shape), jnp.float32),
+                          train=False)
+
+    return variables
+
+
+def init_program(variables, tx, flat: FlatParams | None = None):
+    """The jitted ``seed -> TrainState`` (``variables``: ``init_variables``'s function). The
+    seed is a uint32 argument, not a constant, so one compiled program serves every seed."""
+    @functools.partial(jax.jit, compiler_options=compiler_options())
+    def _init(seed):
+        data_key = jax.random.split(jax.random.PRNGKey(seed))[1]
+        initial = variables(seed)
+        params, batch_stats = initial["params"], initial.get("batch_stats", {})
+        if flat is not None:
+            params, batch_stats = flat.ravel(params), flat.stats_stored(batch_stats)
         return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                          batch_stats=batch_stats,
-                          opt_state=tx.init(params), key=data_key,
+                          batch_stats=batch_stats, opt_state=tx.init(params), key=data_key,
                           halted=jnp.zeros((), jnp.int32))
 
-    _init.flat = None if flat is True else flat
     return _init
 
 

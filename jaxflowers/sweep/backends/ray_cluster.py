@@ -30,11 +30,11 @@ import time
 
 import numpy as np
 
+from jaxflowers.host.processes import package_path
 from jaxflowers.sweep import slots as devices
 from jaxflowers.sweep.backends.base import Job, JobEvents
-from jaxflowers.sweep.futures import JobError
-from jaxflowers.host.processes import package_path
 from jaxflowers.sweep.backends.process import WorkerProcess, outcome, to_result, write_spec
+from jaxflowers.sweep.futures import JobError
 
 
 def _import_ray():

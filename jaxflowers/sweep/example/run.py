@@ -22,10 +22,10 @@ from typing import Any, Mapping, Sequence, TextIO
 
 from jaxflowers import recipes
 from jaxflowers.sweep.example import report as results
-from jaxflowers.sweep.jobs import job_options, load_data, train_job
 from jaxflowers.sweep.example.data import data_plan, describe, load_sets, prepare_data
-from jaxflowers.sweep.pool import DevicePool
 from jaxflowers.sweep.example.report import JobOutcome, ProgressTable
+from jaxflowers.sweep.jobs import job_options, load_data, train_job
+from jaxflowers.sweep.pool import DevicePool
 
 
 @dataclasses.dataclass(frozen=True)
