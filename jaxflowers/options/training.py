@@ -15,6 +15,7 @@ SHUFFLES = ("once", "every-epoch", "never")
 ENVIRONMENTS = ("auto", "cpu", "gpu", "multi-gpu")
 PLOTS = ("none", "training-progress")
 CHECKPOINT_UNITS = ("epoch", "iteration")
+CHECKPOINT_FAILURES = ("warn", "stop")
 THRESHOLD_METHODS = ("l2norm", "global-l2norm", "absolute-value")
 OUTPUT_NETWORKS = ("auto", "last-iteration", "best-validation")
 METRICS = ("accuracy", "fscore", "precision", "recall", "auc")
@@ -22,6 +23,12 @@ BN_STATISTICS = ("population", "moving")
 # MATLAB's defaults per solver: InitialLearnRate, SquaredGradientDecayFactor.
 DEFAULT_LEARN_RATE = {"sgdm": 0.01, "rmsprop": 0.001, "adam": 0.001}
 DEFAULT_SQUARED_DECAY = {"rmsprop": 0.9, "adam": 0.999}
+
+
+def _run_only(default):
+    """A field that does not change what a run computes (how long, what it shows or keeps):
+    a resumed run may change it (``recipe_fields``)."""
+    return dataclasses.field(default=default, metadata={"recipe": False})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +44,7 @@ class TrainingOptions:
     solver: str = "sgdm"  # "sgdm" (SGD with momentum), "rmsprop" or "adam"
     initial_learn_rate: float | None = None  # None: MATLAB's default, 0.01 sgdm / 0.001 others
     mini_batch_size: int = 128  # global mini-batch, split evenly over the devices
-    max_epochs: int = 30  # full passes over the training data
+    max_epochs: int = _run_only(30)  # full passes over the training data
     shuffle: str = "once"  # "once", "every-epoch" or "never"
     l2_regularization: float = 1e-4  # L2 factor on every parameter (coupled, as MATLAB)
     momentum: float = 0.9  # sgdm only
@@ -49,26 +56,27 @@ class TrainingOptions:
     learn_rate_schedule: Any = "none"  # a schedules.NAMES name, a schedules object, or a sequence
     learn_rate_drop_factor: float = 0.1  # piecewise: multiply the rate by this ...
     learn_rate_drop_period: int = 10  # ... every this many epochs
-    validation_data: Any = None  # an image set evaluated during training, or None
-    validation_frequency: int = 50  # iterations between validations
+    validation_data: Any = _run_only(None)  # an image set evaluated during training, or None
+    validation_frequency: int = _run_only(50)  # iterations between validations
     validation_patience: float = math.inf  # validations without a better objective that stop it
     objective_metric_name: str = "loss"  # what patience and the best network go by
     metrics: tuple[str, ...] = ()  # validation metrics among METRICS (macro over classes)
     output_network: str = "auto"  # "last-iteration", "best-validation"; "auto": best if validating
     batch_normalization_statistics: str = "population"  # or "moving"; population: a pass at the end
     augmentation: Augmentation | None = None  # applied on the device to training batches
-    execution_environment: str = "auto"  # "auto", "cpu", "gpu" or "multi-gpu"
-    verbose: bool = True  # print MATLAB's progress table
-    verbose_frequency: int = 50  # iterations between table rows
-    plots: str = "none"  # "none" or "training-progress" (live in Jupyter)
-    plots_path: str | os.PathLike | None = None  # the plot's file; None: training_progress.png
-    log_dir: str | os.PathLike | None = None  # folder for TensorBoard scalars (needs tensorboardX)
-    output_fn: Callable[[dict], Any] | None = None  # called per iteration; True stops training
+    execution_environment: str = _run_only("auto")  # "auto", "cpu", "gpu" or "multi-gpu"
+    verbose: bool = _run_only(True)  # print MATLAB's progress table
+    verbose_frequency: int = _run_only(50)  # iterations between table rows
+    plots: str = _run_only("none")  # "none" or "training-progress" (live in Jupyter)
+    plots_path: str | os.PathLike | None = _run_only(None)  # None: training_progress.png
+    log_dir: str | os.PathLike | None = _run_only(None)  # TensorBoard scalars (tensorboardX)
+    output_fn: Callable[[dict], Any] | None = _run_only(None)  # per iteration; True stops
     seed: int = 0  # initialisation, shuffling and augmentation
-    checkpoint_path: str | os.PathLike | None = None  # folder for checkpoints; None: none
-    checkpoint_frequency: int = 1  # save every this many checkpoint_frequency_unit
-    checkpoint_frequency_unit: str = "epoch"  # "epoch" or "iteration"
-    checkpoint_keep: int = 3  # newest checkpoints kept in checkpoint_path (older ones removed)
+    checkpoint_path: str | os.PathLike | None = _run_only(None)  # folder for checkpoints; None: none
+    checkpoint_frequency: int = _run_only(1)  # save every this many checkpoint_frequency_unit
+    checkpoint_frequency_unit: str = _run_only("epoch")  # "epoch" or "iteration"
+    checkpoint_keep: int = _run_only(3)  # newest checkpoints kept (older ones removed)
+    checkpoint_failure: str = _run_only("warn")  # a save that fails: "warn" and go on, or "stop"
 
     def __post_init__(self):
         check_choice(self, "solver", SOLVERS)
@@ -82,6 +90,7 @@ class TrainingOptions:
         check_choice(self, "execution_environment", ENVIRONMENTS)
         check_choice(self, "plots", PLOTS)
         check_choice(self, "checkpoint_frequency_unit", CHECKPOINT_UNITS)
+        check_choice(self, "checkpoint_failure", CHECKPOINT_FAILURES)
         for name in ("mini_batch_size", "max_epochs", "learn_rate_drop_period",
                      "validation_frequency", "verbose_frequency", "checkpoint_frequency",
                      "checkpoint_keep"):
@@ -154,6 +163,13 @@ class TrainingOptions:
     def replace(self, **changes) -> "TrainingOptions":
         """A copy with ``changes`` applied (and validated)."""
         return dataclasses.replace(self, **changes)
+
+
+def recipe_fields() -> tuple[str, ...]:
+    """The fields that decide what a run computes: a checkpoint holds them, and a run that
+    resumes it must have the same (every field but the ``_run_only`` ones)."""
+    return tuple(f.name for f in dataclasses.fields(TrainingOptions)
+                 if f.metadata.get("recipe", True))
 
 
 def scale_for_devices(options: TrainingOptions, num_devices: int | None = None, *,

@@ -23,22 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from jaxflowers.options.training import TrainingOptions
+from jaxflowers.options.training import TrainingOptions, recipe_fields
 from jaxflowers.training.history import History
 
 FORMAT = 2  # 2: the best-validation network and the new options in the record
-# Options that change what a run computes; a resumed run must keep them. (``max_epochs``
-# may grow: the plan's and schedule's earlier iterations do not depend on it, unless the
-# schedule runs "to the end of training", which the recipe then records.)
-_RECIPE_FIELDS = ("solver", "initial_learn_rate", "mini_batch_size", "shuffle",
-                  "l2_regularization", "momentum", "gradient_decay_factor",
-                  "squared_gradient_decay_factor", "epsilon", "gradient_threshold",
-                  "gradient_threshold_method", "learn_rate_schedule", "learn_rate_drop_factor",
-                  "learn_rate_drop_period", "seed", "augmentation", "validation_patience",
-                  "objective_metric_name", "metrics", "output_network",
-                  "batch_normalization_statistics", "schedule_epochs")
-
-
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read, or does not fit the run that would continue it."""
 
@@ -150,7 +138,7 @@ def _check_fits(saved: dict, options: TrainingOptions, data, where: pathlib.Path
         raise CheckpointError(f"{where} has checkpoint format {saved.get('format')!r}; this "
                               f"version reads format {FORMAT}")
     now, then = _recipe(options), saved["recipe"]
-    differ = [f"{k} ({then.get(k)!r} there, {now[k]!r} now)" for k in _RECIPE_FIELDS
+    differ = [f"{k} ({then.get(k)!r} there, {now[k]!r} now)" for k in now
               if then.get(k) != now[k]]
     if differ:
         raise CheckpointError(f"{where} was trained with other options: {', '.join(differ)}")
@@ -167,7 +155,7 @@ def _check_fits(saved: dict, options: TrainingOptions, data, where: pathlib.Path
 def _recipe(options: TrainingOptions) -> dict:
     from jaxflowers.schedules import spans_training
 
-    values = {name: getattr(options, name, None) for name in _RECIPE_FIELDS}
+    values = {name: getattr(options, name) for name in recipe_fields()}
     values["initial_learn_rate"] = options.learn_rate
     values["squared_gradient_decay_factor"] = options.squared_decay
     values["augmentation"] = repr(values["augmentation"])
