@@ -31,7 +31,7 @@ def main() -> None:
     from jaxflowers import recipes
     from jaxflowers.training import checkpoint
 
-    data = recipes.load_data(args.data, model="resnet50")
+    data = recipes.load_data(args.data, image_size=recipes.IMAGE_SIZE["resnet50"])
     train_set, test_set = data.split_each_label(0.9, seed=0)
     devices = jax.devices()
     model = recipes.build_model("resnet50", len(data.class_names))

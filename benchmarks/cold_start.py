@@ -64,7 +64,7 @@ def main() -> None:
                      "cpu_s": round(_cpu() - cpu, 2)}
         return result
 
-    data = recipes.load_data(args.data, model="resnet50")
+    data = recipes.load_data(args.data, image_size=recipes.IMAGE_SIZE["resnet50"])
     train_set, test_set = data.split_each_label(0.9, seed=0)
     parallel = DataParallel(devices, "shard_map")
     if args.piece == "first-copy":

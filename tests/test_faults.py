@@ -533,7 +533,7 @@ def test_an_error_is_worded_for_people(capsys, tmp_path, monkeypatch, error, lin
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(recipes, "load_data", fail)
+    monkeypatch.setattr(recipes.datasets, "load_data", fail)
     assert _cli(capsys, "train", "--out", str(tmp_path))[2] == line + "\n"
 
 
@@ -575,7 +575,7 @@ def test_ctrl_c_while_loading_data_is_one_line_and_130(capsys, tmp_path, monkeyp
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(recipes, "load_data", interrupted)
+    monkeypatch.setattr(recipes.datasets, "load_data", interrupted)
     status, _, err = _cli(capsys, "train", "--out", str(tmp_path))
     assert (status, err) == (130, "interrupted while loading the data; nothing was saved\n")
     monkeypatch.setattr(jf.data, "download_flowers", interrupted)
@@ -669,8 +669,8 @@ def test_train_and_test_folders_unwritable_caches_save_and_metrics(tmp_path):
                            JAXFLOWERS_COMPILE_CACHE=str(blocker / "xla"))
     stdout, stderr = process.communicate(timeout=600)
     assert process.returncode == 0, stderr[-3000:]
-    assert (f"Data: {data} holds train/ and test/: training on train/ (32 images), testing on "
-            "test/ (8 images)") in stdout
+    assert (f"Data: {data}/train for training and {data}/test for testing: training on 32, "
+            "testing on 8 images of 32x32") in stdout
     assert re.search(r"Test accuracy: [\d.]+% \(8 images\)", stdout), stdout
     warned = [line for line in stderr.splitlines() if line.startswith("warning: ")]
     assert len(warned) == 3 and "Traceback" not in stderr, stderr  # a resize per folder

@@ -67,9 +67,9 @@ REFUSED = [  # arguments -> what the one error line must say; nothing may start
     (["--option", 'augmentation={"flip": true}'], "error: --option: augmentation={'flip': "),
     (["--option", "steps_per_dispatch"], "error: --option: --option 'steps_per_dispatch': use "
                                          "NAME=VALUE"),
-    (["--depths", "0"], "argument --depths: 0 is not a positive integer"),
-    (["--epochs", "-1"], "argument --epochs: -1 is not a positive integer"),
-    (["--jobs-per-device", "0"], "argument --jobs-per-device: 0 is not a positive integer"),
+    (["--depths", "0"], "argument --depths: '0' is not a positive integer"),
+    (["--epochs", "-1"], "argument --epochs: '-1' is not a positive integer"),
+    (["--jobs-per-device", "0"], "argument --jobs-per-device: '0' is not a positive integer"),
     (["--data", "no-such-folder"], "error: data 'no-such-folder' is neither 'cifar10', "
                                    "'digits' nor an existing folder"),
     (["--out", "a-file/out"], "error: cannot write the sweep's outputs to a-file/out: "

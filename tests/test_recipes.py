@@ -48,8 +48,15 @@ def test_sweep_recipe_is_the_parfeval_example_verbatim():
     assert recipes.sweep_options(45000) == opts
 
 
-def test_batch_size_is_per_device_only_for_the_multi_gpu_recipes():
-    assert recipes.recipe("flowers").options(2, 3303, batch_size=64).mini_batch_size == 128
+def test_batch_size_is_always_the_global_mini_batch():
+    """MATLAB's MiniBatchSize: the multi-GPU example's rate follows it (1e-2 x batch / 64);
+    without a batch size its own rule, 128 per GPU, applies."""
+    flowers = recipes.recipe("flowers")
+    chosen = flowers.options(2, 3303, batch_size=64)
+    assert chosen.mini_batch_size == 64 and chosen.initial_learn_rate == pytest.approx(1e-2)
+    assert flowers.options(2, 3303).mini_batch_size == 256
+    with pytest.raises(ValueError, match="batch size 100 is not a multiple of the 8 devices"):
+        flowers.options(8, 3303, batch_size=100)
     assert recipes.recipe("digits").options(2, 1600, batch_size=64).mini_batch_size == 64
     assert recipes.recipe("sweep").options(2, 45000, batch_size=256).validation_frequency == \
         45000 // 256
@@ -64,9 +71,14 @@ def test_default_recipe_follows_the_data_and_the_model():
 
 @pytest.mark.parametrize("name", sorted(recipes.MODELS))
 def test_every_model_builds_at_its_image_size(name):
-    model = recipes.build_model(name, 3, depth=3)
+    spec = (name, {"depth": 3}) if name == "cifar_net" else name
+    if name == "resnet":
+        spec = ("resnet", {"stage_sizes": [1, 1], "block": "basic"})
+    model = recipes.build_model(spec, 3)
     assert model.num_classes == 3
-    assert recipes.IMAGE_SIZE[name] == ((32, 32) if name == "cifar_net" else (224, 224))
+    assert recipes.IMAGE_SIZE.get(name, (224, 224)) == (
+        (32, 32) if name == "cifar_net" else (224, 224))
+    assert recipes.build_model(recipes.model_spec(model), 99) == model  # the spec rebuilds it
     if name == "cifar_net":
         assert model.depth == 3
 
@@ -74,10 +86,10 @@ def test_every_model_builds_at_its_image_size(name):
 def test_unknown_names_are_refused_with_the_known_ones():
     with pytest.raises(ValueError, match="recipe='matlab'.*flowers, flowers-tuned, sweep"):
         recipes.recipe("matlab")
-    with pytest.raises(ValueError, match="model='vgg'.*resnet50"):
+    with pytest.raises(ValueError, match="model 'vgg'.*resnet50"):
         recipes.build_model("vgg", 5)
-    with pytest.raises(ValueError, match="model='vgg'"):
-        recipes.load_data("digits", model="vgg")
+    with pytest.raises(recipes.DataUnavailableError, match="'imagenet' is neither a known set"):
+        recipes.load_data("imagenet")
 
 
 def test_flowers_example_validates_on_its_schedule_on_the_sample(shared_data):

@@ -19,7 +19,8 @@ import types
 import pytest
 from PIL import Image
 
-from jaxflowers.sweep.example import data as plan
+from jaxflowers import recipes
+from jaxflowers.sweep.example import example_plan
 from jaxflowers.sweep.example import report as results
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -120,9 +121,9 @@ def test_cli_sweep_without_prepared_cifar10_says_what_to_use_instead(tmp_path):
 
 def test_the_caller_imports_no_jax_before_its_jobs_start(tmp_path):
     code = ("import sys\nfrom jaxflowers.cli.entry import main\n"
-            "from jaxflowers.sweep import DevicePool\nfrom jaxflowers.sweep.example import data as plan\n"
+            "from jaxflowers.sweep import DevicePool\nfrom jaxflowers.sweep.example import example_plan\n"
             "from jaxflowers.sweep.example import run as example\n"
-            "plan = plan.data_plan('digits')\n"
+            "plan = example_plan('digits')\n"
             "from jaxflowers.sweep.jobs import job_options\n"
             "job_options({'steps_per_dispatch': 1, 'augmentation': {'reflect_x': True}})\n"
             "with DevicePool(1, log_dir='logs') as pool:\n"
@@ -143,8 +144,9 @@ def test_the_caller_builds_the_folder_caches_without_importing_jax(tmp_path, mon
             for i in range(count):
                 Image.new("RGB", (40, 30), (100 * c, 20 * i, 50)).save(
                     photos / part / name / f"{i}.png")
-    code = ("import sys\nfrom jaxflowers.sweep.example import data as plan\n"
-            f"folders = plan.prepare_data(plan.data_plan({str(photos)!r}))\n"
+    code = ("import sys\nfrom jaxflowers import recipes\n"
+            "from jaxflowers.sweep.example import example_plan\n"
+            f"folders = recipes.prepare_plan(example_plan({str(photos)!r}))\n"
             "assert 'jax' not in sys.modules, 'preparing the data imported jax'\n"
             "print(*(len(f) for f in folders))\n")
     cache = tmp_path / "cache"
@@ -153,36 +155,36 @@ def test_the_caller_builds_the_folder_caches_without_importing_jax(tmp_path, mon
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["20", "4"] and "Resizing 20 images" in result.stderr
     monkeypatch.setenv("JAXFLOWERS_CACHE_DIR", str(cache))
-    train, validation, test = plan.load_sets(plan.data_plan(str(photos)))  # a job's load
+    train, validation, test = recipes.load_plan(example_plan(str(photos)))  # a job's load
     assert sum(len(s.images) for s in (train, validation, test)) == 24
     assert count_decodes == [], "a job must find every cache built"
     (photos / "test" / "dog" / "1.png").write_bytes(b"not a png")
-    with pytest.raises(plan.DataUnavailableError, match=r"cannot prepare .*test.*dog/1\.png"):
-        plan.prepare_data(plan.data_plan(str(photos)))
+    with pytest.raises(recipes.DataUnavailableError, match=r"cannot prepare .*test.*dog/1\.png"):
+        recipes.prepare_plan(example_plan(str(photos)))
 
 
 def test_data_plans_pass_data_by_reference(tmp_path, shared_data):
-    assert plan.data_plan("digits", seed=3) == {"source": "digits", "fractions": [0.8, 0.1],
-                                                "seed": 3}
+    assert example_plan("digits", seed=3) == {"source": "digits", "fractions": [0.8, 0.1],
+                                              "seed": 3, "image_size": [32, 32]}
     photos = shared_data / "cifar10-small"
-    split = plan.data_plan(str(photos))
-    assert split["train"] == {"folder": str(photos / "train"), "image_size": [32, 32]}
-    assert split["test"]["folder"] == str(photos / "test") and split["validation"] == 0.1
-    assert plan.describe(split) == (f"{photos}/train for training and {photos}/test for "
+    split = example_plan(str(photos))
+    assert split["train"] == str(photos / "train") and split["image_size"] == [32, 32]
+    assert split["test"] == str(photos / "test") and split["validation"] == 0.1
+    assert recipes.describe_plan(split) == (f"{photos}/train for training and {photos}/test for "
                                     "testing, 10% of each training class held out for "
                                     "validation (seed 0)")
-    flat = plan.data_plan(str(photos / "train"))
-    assert flat["source"]["folder"] == str(photos / "train")
-    with pytest.raises(plan.DataUnavailableError, match="neither"):
-        plan.data_plan(str(tmp_path / "missing"))
+    flat = example_plan(str(photos / "train"))
+    assert flat["source"] == str(photos / "train")
+    with pytest.raises(recipes.DataUnavailableError, match="neither"):
+        example_plan(str(tmp_path / "missing"))
 
 
 def test_load_sets_splits_digits_three_ways_and_deterministically():
-    digits = plan.data_plan("digits", seed=1)
-    train, validation, test = plan.load_sets(digits)
+    digits = example_plan("digits", seed=1)
+    train, validation, test = recipes.load_plan(digits)
     assert (len(train), len(validation), len(test)) == (1438, 179, 180)
-    assert plan.describe(digits).startswith("the handwritten digits embedded in scikit-learn")
-    again = plan.load_sets(digits)[2]
+    assert recipes.describe_plan(digits).startswith("the handwritten digits embedded in scikit-learn")
+    again = recipes.load_plan(digits)[2]
     assert (again.images == test.images).all() and set(test.labels) == set(range(10))
 
 

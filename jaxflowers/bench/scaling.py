@@ -70,7 +70,8 @@ class BenchModel:
     def build(self):
         """The flax module: ``resnet50(num_classes)`` or ``cifar_net(depth, num_classes)``."""
         name, _, depth = self.name.partition(":")
-        return recipes.build_model(name, self.num_classes, depth=int(depth or 2))
+        spec = (name, {"depth": int(depth)}) if depth else name
+        return recipes.build_model(spec, self.num_classes)
 
 
 def parse_model(name: str) -> BenchModel:

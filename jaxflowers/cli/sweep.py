@@ -9,6 +9,8 @@ import argparse
 import json
 import sys
 
+from jaxflowers.cli.args import non_negative_int, positive_int
+
 
 def add_parser(commands, parents=()) -> argparse.ArgumentParser:
     """Add the ``sweep`` subcommand to ``commands`` (an argparse subparsers object), with
@@ -17,34 +19,27 @@ def add_parser(commands, parents=()) -> argparse.ArgumentParser:
         "sweep", parents=list(parents),
         help="train cifar_net of several depths side by side (MATLAB's parfeval example), "
              "test the best")
-    sweep.add_argument("--depths", type=_positive, nargs="+", default=[1, 2, 3, 4],
+    sweep.add_argument("--depths", type=positive_int, nargs="+", default=[1, 2, 3, 4],
                        metavar="D", help="one job per cifar_net depth (default: 1 2 3 4)")
     sweep.add_argument("--data", default="digits",
                        help="digits (embedded in scikit-learn, offline; default), cifar10 "
                             "(TFDS, prepared beforehand), or a folder of class folders (or "
                             "of train/ and test/)")
-    sweep.add_argument("--epochs", type=_positive, default=30,
+    sweep.add_argument("--epochs", type=positive_int, default=30,
                        help="training epochs per job (default: 30)")
     sweep.add_argument("--devices", default="all",
                        help="all (default) or a number of GPUs (CPU slots without GPUs)")
-    sweep.add_argument("--jobs-per-device", type=_positive, default=1,
+    sweep.add_argument("--jobs-per-device", type=positive_int, default=1,
                        help="jobs sharing each GPU (default: 1)")
     sweep.add_argument("--out", default=".",
                        help="folder for sweep_results.json, the metrics CSVs, the PNGs and "
                             "the job logs (default: the current folder)")
-    sweep.add_argument("--seed", type=int, default=0,
+    sweep.add_argument("--seed", type=non_negative_int, default=0,
                        help="data splits, initialisation, shuffling (default: 0)")
     sweep.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                        help="set a TrainingOptions (or ExecutionOptions) field in every job "
                             "(JSON value), e.g. --option steps_per_dispatch=1; repeatable")
     return sweep
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
 
 
 def parse_options(items: list[str]) -> dict:
@@ -68,7 +63,7 @@ def parse_options(items: list[str]) -> dict:
 def run(args: argparse.Namespace) -> int:
     """Run the sweep the parsed ``args`` describe; returns the exit status (0: a best
     network was found, 1: every job failed, 2: bad input, 130: interrupted)."""
-    from jaxflowers.sweep.example.data import DataUnavailableError
+    from jaxflowers.recipes import DataUnavailableError
     from jaxflowers.sweep.example.run import run_sweep  # imports no JAX
     from jaxflowers.sweep.jobs import job_options
 

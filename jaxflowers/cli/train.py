@@ -6,13 +6,14 @@ at any stage becomes :class:`Interrupted`, one line saying what was kept.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
 import time
 
+from jaxflowers.cli.args import image_size, non_negative_int, number, positive_float, positive_int
 from jaxflowers.host import signals
+from jaxflowers.recipes.networks import IMAGE_SIZE  # imports no JAX
 
 
 class Interrupted(Exception):
@@ -22,37 +23,6 @@ class Interrupted(Exception):
     def __init__(self, message: str, status: int = 130):
         super().__init__(message)
         self.status = status
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    return _integer(text, 1, "a positive integer")
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    return _integer(text, 0, "an integer >= 0")
-
-
-def _integer(text: str, minimum: int, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
-    return value
 
 
 def add_parser(commands, common) -> None:
@@ -69,17 +39,25 @@ def add_parser(commands, common) -> None:
                             "90/10), a folder holding train/ and test/ class folders (trained "
                             "on train/, tested on test/), or an s3:// gs:// https:// URL "
                             "(default: the recipe's data; digits without a recipe)")
-    train.add_argument("--model", choices=("cifar_net", "resnet50"), default=None,
+    train.add_argument("--model", choices=tuple(IMAGE_SIZE), default=None,
                        help="the network (default: the recipe's: resnet50 for flowers, "
                             "cifar_net otherwise)")
+    train.add_argument("--image-size", type=image_size, default=None, metavar="N|HxW",
+                       help="pixels every image is resized to (default: the network's: 32 for "
+                            "cifar_net, 224 for the ResNets)")
+    train.add_argument("--validation-split", type=number(0, 1), default=None,
+                       metavar="FRACTION",
+                       help="share of each class held out to test and validate on when the "
+                            "data have no test/ folder (default: the recipe's, 0.1)")
     train.add_argument("--depth", type=positive_int, default=2, metavar="N",
                        help="cifar_net depth: convolution stages (default: 2)")
     train.add_argument("--epochs", type=positive_int, default=None, metavar="N",
                        help="full passes over the training images (default: the recipe's: "
                             "80 for flowers, 30 for sweep, 15 for digits)")
     train.add_argument("--batch-size", type=positive_int, default=None, metavar="IMAGES",
-                       help="images per mini-batch: for cifar_net in all (a multiple of the "
-                            "devices), for resnet50 per device (default: 128)")
+                       help="MATLAB's MiniBatchSize: images per mini-batch over all devices, "
+                            "a multiple of the device count (default: the recipe's; flowers: "
+                            "128 x devices)")
     train.add_argument("--learn-rate", type=positive_float, default=None, metavar="RATE",
                        help="initial learning rate, used as given (default: the recipe's; "
                             "flowers: 1e-2 x batch / 64)")
@@ -179,8 +157,7 @@ def run(args) -> int:
     recipe = _chosen_recipe(args)
     model_name = args.model or recipe.model
     with stage("loading the data"):
-        train_set, test_set, described = _load_sets(args.data or recipe.data, model_name,
-                                                     args.seed, recipe.train_fraction)
+        train_set, test_set, described = _load_sets(args, recipe, model_name)
     if main_process:
         print(described)
     model, opts = _recipe(args, recipe, model_name, len(devices), train_set, test_set)
@@ -239,32 +216,28 @@ def _chosen_recipe(args):
     return recipes.recipe_for(args.data or "digits", args.model)
 
 
-def _load_sets(data: str, model_name: str, seed: int, fraction: float = 0.9):
-    """(training set, test set, one line saying where each comes from) for ``--data``."""
+def _load_sets(args, recipe, model_name: str):
+    """(training set, test set, one line saying where each comes from) for the flags."""
     from jaxflowers import recipes
 
-    parts = [os.path.join(data, part) for part in ("train", "test")]
-    if all(os.path.isdir(part) for part in parts):  # the layout the sweep reads too
-        train, test = (recipes.load_data(part, model=model_name) for part in parts)
-        if tuple(train.class_names) != tuple(test.class_names):
-            raise ValueError(f"{parts[1]} has the classes {tuple(test.class_names)} but "
-                             f"{parts[0]} has {tuple(train.class_names)}; both need the same "
-                             "class folders")
-        return train, test, (f"Data: {data} holds train/ and test/: training on train/ "
-                             f"({len(train)} images), testing on test/ ({len(test)} images)")
-    whole = recipes.load_data(data, model=model_name)
-    train, test = whole.split_each_label(fraction, seed=seed)
-    share = round(100 * fraction)
-    return train, test, (f"Data: {data}, {len(whole)} images of {len(whole.class_names)} "
-                         f"classes split {share}/{100 - share} per class (seed {seed}): "
-                         f"training on {len(train)}, testing on {len(test)}")
+    data = args.data if args.data is not None else recipe.data
+    if not data:
+        raise ValueError("--data is empty; name a data set (digits, flowers, cifar10), a "
+                         "folder of class folders or a URL")
+    size = args.image_size or recipes.IMAGE_SIZE[model_name]
+    fraction = 1.0 - args.validation_split if args.validation_split else recipe.train_fraction
+    plan = recipes.data_plan(data, image_size=size, train_fraction=fraction, seed=args.seed)
+    train, _, test = recipes.load_plan(plan)
+    return train, test, (f"Data: {recipes.describe_plan(plan)}: training on {len(train)}, "
+                         f"testing on {len(test)} images of {tuple(size)[0]}x{tuple(size)[1]}")
 
 
 def _recipe(args, recipe, model_name: str, device_count: int, train_set, test_set):
     """(model, TrainingOptions) of the recipe, with the flags applied."""
     from jaxflowers import recipes
 
-    model = recipes.build_model(model_name, len(train_set.class_names), depth=args.depth)
+    spec = (model_name, {"depth": args.depth} if model_name == "cifar_net" else {})
+    model = recipes.build_model(spec, len(train_set.class_names))
     common = dict(validation_data=test_set, seed=args.seed, verbose=not args.quiet,
                   **_checkpointing(args))
     if args.epochs:

@@ -4,6 +4,7 @@ from jaxflowers.models.resnet import (
                                       BasicBlock,
                                       BottleneckBlock,
                                       ResNet,
+                                      resnet,
                                       resnet18,
                                       resnet34,
                                       resnet50,
@@ -11,4 +12,4 @@ from jaxflowers.models.resnet import (
 )
 
 __all__ = ["BasicBlock", "BottleneckBlock", "CifarNet", "ResNet", "cifar_net", "cifar_width",
-           "resnet18", "resnet34", "resnet50", "resnet101"]
+           "resnet", "resnet18", "resnet34", "resnet50", "resnet101"]

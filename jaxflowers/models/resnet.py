@@ -116,17 +116,38 @@ class ResNet(nn.Module):
         return x.astype(jnp.float32)
 
 
-def _variant(stage_sizes, block_cls) -> Callable[..., ResNet]:
+BLOCKS = {"basic": BasicBlock, "bottleneck": BottleneckBlock}
+# The published depths: (stage sizes, block).
+VARIANTS = {"resnet18": ((2, 2, 2, 2), "basic"), "resnet34": ((3, 4, 6, 3), "basic"),
+            "resnet50": ((3, 4, 6, 3), "bottleneck"), "resnet101": ((3, 4, 23, 3), "bottleneck")}
+
+
+def resnet(stage_sizes: Sequence[int], block: str = "bottleneck", num_classes: int = 1000,
+           **kwargs) -> ResNet:
+    """A ResNet of any stage sizes (the published ones are ``resnet18`` ... ``resnet101``).
+
+    Args:
+      stage_sizes: blocks per stage, e.g. (3, 4, 6, 3).
+      block: "basic" (two 3x3 convolutions) or "bottleneck" (1x1, 3x3, 1x1).
+      num_classes: outputs of the head.
+      **kwargs: ``num_filters``, ``stem``, ``dtype``, ``bn_axis_name`` (see ``ResNet``).
+    """
+    if block not in BLOCKS:
+        raise ValueError(f"resnet(block={block!r}): use one of {', '.join(BLOCKS)}")
+    return ResNet(stage_sizes=tuple(int(n) for n in stage_sizes), block_cls=BLOCKS[block],
+                  num_classes=num_classes, **kwargs)
+
+
+def _variant(name: str) -> Callable[..., ResNet]:
+    stage_sizes, block = VARIANTS[name]
+
     def build(num_classes: int = 1000, **kwargs) -> ResNet:
-        return ResNet(stage_sizes=stage_sizes, block_cls=block_cls, num_classes=num_classes,
-                      **kwargs)
+        return resnet(stage_sizes, block, num_classes, **kwargs)
+    build.__name__ = build.__qualname__ = name
     return build
 
 
-resnet18 = _variant((2, 2, 2, 2), BasicBlock)
-resnet34 = _variant((3, 4, 6, 3), BasicBlock)
-resnet50 = _variant((3, 4, 6, 3), BottleneckBlock)
-resnet101 = _variant((3, 4, 23, 3), BottleneckBlock)
+resnet18, resnet34, resnet50, resnet101 = map(_variant, VARIANTS)
 resnet50.__doc__ = """ResNet-50 v1.5, He-normal init, batch norm (``imagePretrainedNetwork("resnet50", Weights="none")``).
 
 Args:

@@ -7,10 +7,9 @@ this module (as ``jaxflowers.sweep`` does) must not import JAX in the caller.
 from __future__ import annotations
 
 import dataclasses
-import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-from jaxflowers.recipes import MODELS  # the registry's network names (imports no JAX)
+from jaxflowers import recipes  # imports no JAX
 from jaxflowers.sweep.channel import report
 
 
@@ -21,12 +20,12 @@ def train_job(*, data, model, options, execution=None, seed: int | None = None):
     Parallel" (``trainnet`` with an ``OutputFcn`` that ``send``s to a DataQueue).
 
     Args:
-      data: a data spec (see :func:`load_data`): "digits", "cifar10", "tfds:NAME[:SPLIT]",
-        a folder path, ``{"folder": path, "image_size": [h, w]}``, an image set, or
-        ``{"train": spec, "validation": spec}``, where validation may also be a fraction
-        of each label held out of the training set.
-      model: ``(name, kwargs)``, e.g. ``("cifar_net", {"depth": 2})`` or
-        ``("resnet50", {"num_classes": 5})``; ``num_classes`` defaults to the data's.
+      data: a data spec or plan (``jaxflowers.recipes``: "digits", "cifar10", a folder,
+        ``{"folder": path, "image_size": [h, w]}``, an image set, or ``{"train": spec,
+        "validation": spec | fraction}``...); the plan's training and validation sets are
+        used.
+      model: a model spec (``recipes.build_model``), e.g. ``("cifar_net", {"depth": 2})``
+        or ``("resnet50", {"num_classes": 5})``; ``num_classes`` defaults to the data's.
       options: a dict of ``TrainingOptions`` fields (JSON-able; ``ExecutionOptions``
         fields such as ``steps_per_dispatch`` are routed to ``execution``), or a
         ``TrainingOptions`` without ``output_fn``. Validation data, if any, comes from
@@ -56,8 +55,8 @@ def train_job(*, data, model, options, execution=None, seed: int | None = None):
 
     enable_compilation_cache()
 
-    train_set, validation_set = load_data(data)
-    module = build_model(model, num_classes=len(train_set.class_names))
+    train_set, validation_set, _ = recipes.load_plan(data)
+    module = recipes.build_model(model, num_classes=len(train_set.class_names))
     options, execution = _options(options, execution, seed, validation_set)
     net, info = train(train_set, module, options, execution=execution)
     if info.diverged:
@@ -131,74 +130,3 @@ def _options(options, execution, seed: int | None, validation_set):
     if validation_set is not None:
         changes["validation_data"] = validation_set
     return options.replace(**changes), execution
-
-
-def load_data(spec) -> tuple[Any, Any]:
-    """(training set, validation set or None) for a data spec.
-
-    Args:
-      spec: "digits" (scikit-learn's digits, embedded); "cifar10" or "tfds:NAME[:SPLIT]"
-        (a TFDS set, split "train" by default; "cifar10:test" works too); a folder path
-        or ``{"folder": path, "image_size": [h, w]}`` (an ``ImageFolder``, 224 x 224 by
-        default); an image set; or ``{"train": spec, "validation": spec | fraction,
-        "seed": int}`` where a fraction holds that share of each label out of training.
-
-    Returns:
-      Two image sets (uint8 images (N, H, W, C), labels, class names), the second None
-      when the spec names no validation data.
-    """
-    if isinstance(spec, Mapping) and "train" in spec:
-        train = _load_one(spec["train"])
-        validation = spec.get("validation")
-        if isinstance(validation, float):
-            train, held_out = train.split_each_label(1.0 - validation, seed=spec.get("seed", 0))
-            return train, held_out
-        return train, None if validation is None else _load_one(validation)
-    return _load_one(spec), None
-
-
-def _load_one(spec):
-    from jaxflowers.data import ImageFolder, digits
-
-    if hasattr(spec, "images") and hasattr(spec, "labels"):
-        return spec
-    if isinstance(spec, Mapping) and "folder" in spec:
-        return ImageFolder(spec["folder"], image_size=tuple(spec.get("image_size",
-                                                                              (224, 224))))
-    if not isinstance(spec, str):
-        raise ValueError(f"data spec {spec!r}: use 'digits', 'cifar10', 'tfds:NAME[:SPLIT]', "
-                         "a folder path, {'folder': path, 'image_size': [h, w]} or "
-                         "{'train': spec, 'validation': spec}")
-    if spec == "digits":
-        return digits()
-    name, _, split = spec.removeprefix("tfds:").partition(":")
-    if spec.startswith("tfds:") or name == "cifar10":
-        from jaxflowers.data.tfds import tfds_source
-
-        return tfds_source(name, split or "train")
-    if os.path.isdir(spec):
-        return ImageFolder(spec)
-    raise ValueError(f"data spec {spec!r} is neither a known set ('digits', 'cifar10', "
-                     "'tfds:NAME') nor an existing folder")
-
-
-def build_model(spec: Sequence, *, num_classes: int):
-    """The Flax module for a model spec ``(name, kwargs)``.
-
-    Args:
-      spec: ``(name, kwargs)`` with name in ``MODELS`` ("cifar_net", "resnet50", ...)
-        and the factory's keyword arguments, e.g. ``{"depth": 2}``.
-      num_classes: used when ``kwargs`` does not set ``num_classes``.
-
-    Returns:
-      ``jaxflowers.models.<name>(**kwargs)``.
-    """
-    import jaxflowers.models as models
-
-    if isinstance(spec, str):
-        spec = (spec, {})
-    name, kwargs = spec[0], dict(spec[1] if len(spec) > 1 else {})
-    if name not in MODELS:
-        raise ValueError(f"model {name!r} is not one of {', '.join(MODELS)}")
-    kwargs.setdefault("num_classes", num_classes)
-    return getattr(models, name)(**kwargs)

@@ -6,7 +6,7 @@ pool's progress messages (``afterEach``), fetches the networks (``fetchOutputs``
 the one with the best final validation accuracy, evaluates it on the test set, prints and
 saves the results, then the confusion chart and the progress grid as PNGs.
 
-The data travel to the jobs by reference (``plan.py``). Nothing here imports JAX before
+The data travel to the jobs as a plan (``recipes.data_plan``). Nothing here imports JAX before
 the jobs are submitted: a caller that initialised a GPU backend first would hold memory
 on the GPUs its workers need.
 """
@@ -22,9 +22,9 @@ from typing import Any, Mapping, Sequence, TextIO
 
 from jaxflowers import recipes
 from jaxflowers.sweep.example import report as results
-from jaxflowers.sweep.example.data import data_plan, describe, load_sets, prepare_data
+from jaxflowers.sweep.example.data import example_plan
 from jaxflowers.sweep.example.report import JobOutcome, ProgressTable
-from jaxflowers.sweep.jobs import job_options, load_data, train_job
+from jaxflowers.sweep.jobs import job_options, train_job
 from jaxflowers.sweep.pool import DevicePool
 
 
@@ -56,7 +56,7 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
     MATLAB: the ``trainNetwork`` call each ``parfeval`` of the example runs.
 
     Args:
-      data: a ``plan.data_plan``; the worker loads and splits the data itself.
+      data: an ``example_plan``; the worker loads and splits the data itself.
       depth: convolutions per block of ``cifar_net``.
       max_epochs: training epochs (the example: 30).
       seed: initialisation, shuffling and augmentation.
@@ -74,7 +74,7 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
 
     from jaxflowers.inference.predict import predict
 
-    train_set, validation_set, test_set = load_sets(data)
+    train_set, validation_set, test_set = recipes.load_plan(data)
     overrides = dict(options_overrides or {})
     if "mini_batch_size" in overrides:  # keep validating once per epoch
         overrides.setdefault("validation_frequency",
@@ -106,7 +106,7 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
     Args:
       depths: one job per depth (ints >= 1).
       data: "digits" (embedded, offline; the default), "cifar10" or a folder (see
-        ``plan.data_plan``).
+        ``example_plan``).
       epochs: training epochs per job.
       devices, jobs_per_device: the ``DevicePool``'s slots (GPUs, or CPU slots).
       out_dir: where ``sweep_results.json``, ``metrics-job<i>.csv``, ``confusion_best.png``,
@@ -134,9 +134,9 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
                          "depth, every depth and epochs >= 1")
     overrides = dict(options_overrides or {})
     job_options(overrides)  # a bad option fails here, not in every worker
-    plan = data_plan(data, seed=seed)
+    plan = example_plan(data, seed=seed)
     out = _output_folder(out_dir)
-    print(f"Data: {describe(plan)}", file=stream)
+    print(f"Data: {recipes.describe_plan(plan)}", file=stream)
     _prepare(plan, stream)  # before any job: the workers then only open finished caches
     with DevicePool(devices, jobs_per_device, log_dir=out / "sweep-logs") as pool:
         plot, table = _watch(pool, depths, stream, start)
@@ -150,7 +150,7 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
         best_net, _, test_codes = outputs[best]
         test = _evaluate(best_net, test_codes, plan, depths[best], stream)
     wall = time.perf_counter() - start
-    facts = dict(data=describe(plan), epochs=int(epochs), seed=seed, interrupted=interrupted,
+    facts = dict(data=recipes.describe_plan(plan), epochs=int(epochs), seed=seed, interrupted=interrupted,
                  wall_time=wall, log_dir=str(pool.log_dir))
     summary = results.summary(outcomes, best=best, test=test and test[0],
                               metrics=results.write_metrics(outcomes, out), **facts)
@@ -175,9 +175,9 @@ def _output_folder(out_dir) -> pathlib.Path:
 
 
 def _prepare(plan: Mapping, stream: TextIO) -> None:
-    """``plan.prepare_data``, and one line saying how long it took."""
+    """``recipes.prepare_plan``, and one line saying how long it took."""
     start = time.perf_counter()
-    folders = prepare_data(plan)
+    folders = recipes.prepare_plan(plan)
     what = (f"{sum(map(len, folders)):,} images in {len(folders)} resize cache(s)" if folders
             else "nothing to decode")
     print(f"Prepared the data in {time.perf_counter() - start:.1f} s ({what})", file=stream,
@@ -237,7 +237,7 @@ def _evaluate(net, test_codes, plan, depth: int, stream: TextIO) -> tuple[dict, 
     confusion chart to a path)."""
     from jaxflowers.inference.labels import Labels, accuracy
 
-    test_set = load_sets(plan)[2] if "source" in plan else load_data(plan["test"])[0]
+    test_set = recipes.load_plan(plan)[2]
     predicted = Labels(test_codes, net.class_names)
     test_accuracy = 100.0 * accuracy(predicted, test_set.labels)
     print(f"Test accuracy of depth {depth}: {test_accuracy:.2f}% ({len(test_set)} images)",

@@ -1,33 +1,19 @@
-"""The registry of recipes: data sets, models and the two MATLAB examples' options.
+"""The recipes: the two MATLAB examples' options (and variants), by name.
 
-Everything that turns a name into data, a network or training options lives here, once:
-the CLI, the sweep, the bench and the notebooks look names up in :data:`DATASETS`,
-:data:`MODELS` and :data:`RECIPES`. A new model or recipe is one entry here.
-
-The recipes named after MATLAB's examples are verbatim: ``"flowers"`` is "Train Network
-Using Automatic Multi-GPU Support" on the Flowers photos, ``"sweep"`` is "Use parfeval to
-Train Multiple Deep Learning Networks" on CIFAR-10. Variants carry their own names
-(``"flowers-tuned"``) and say what they change.
-
-Importing this module imports no JAX (a sweep's caller reads the registry before its
-workers start); building a model, loading data or making options does.
+``"flowers"`` is "Train Network Using Automatic Multi-GPU Support" on the Flowers photos,
+``"sweep"`` is "Use parfeval to Train Multiple Deep Learning Networks" on CIFAR-10, both
+verbatim; variants carry their own names (``"flowers-tuned"``) and say what they change.
+Imports no JAX.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from jaxflowers.options.training import TrainingOptions
 
-# Networks by name: the image size the recipes train each at, (height, width).
-IMAGE_SIZE = {"cifar_net": (32, 32), "resnet18": (224, 224), "resnet34": (224, 224),
-              "resnet50": (224, 224), "resnet101": (224, 224)}
-MODELS = tuple(IMAGE_SIZE)
-# Data sets by name (anything else is a folder of class folders or a URL of one).
-DATASETS = ("digits", "flowers", "cifar10")
 # Each MATLAB example's imageDataAugmenter, as ``Augmentation`` fields.
 EXAMPLE_AUGMENTATION = {
     "flowers": {"reflect_x": True, "translate_x": (-30, 30), "translate_y": (-30, 30)},
@@ -39,56 +25,6 @@ def augmentation(example: str):
     """The ``Augmentation`` of a MATLAB example ("flowers" or "sweep")."""
     from jaxflowers.data.augment import Augmentation
     return Augmentation(**EXAMPLE_AUGMENTATION[example])
-
-
-def build_model(name: str, num_classes: int, *, depth: int = 2):
-    """The network ``name`` (a key of :data:`MODELS`) with ``num_classes`` outputs.
-
-    Args:
-      name: "cifar_net", "resnet18", "resnet34", "resnet50" or "resnet101".
-      num_classes: outputs of the last layer.
-      depth: cifar_net's convolutions per block (the ResNets' depths are in their names).
-
-    Returns:
-      The flax module.
-    """
-    from jaxflowers import models
-
-    if name not in MODELS:
-        raise ValueError(f"model={name!r} is not one of {', '.join(MODELS)}")
-    if name == "cifar_net":
-        return models.cifar_net(depth, num_classes)
-    return getattr(models, name)(num_classes=num_classes)
-
-
-def load_data(name: str, *, model: str = "cifar_net", cache_dir: str | None = None):
-    """An image set by name, at ``model``'s image size.
-
-    Args:
-      name: "digits" (embedded, offline), "flowers" (downloaded to ``$JAXFLOWERS_DATA`` or
-        ~/.cache/jaxflowers/data on first use), "cifar10" (TFDS, prepared), or a local
-        folder / s3:// gs:// https:// URL of class folders.
-      model: a key of :data:`MODELS`: the images are resized to its input size.
-      cache_dir: where a folder's resize cache goes (default: beside the jaxflowers cache).
-
-    Returns:
-      An image set (``images`` uint8 (N, H, W, 3), ``labels``, ``class_names``).
-    """
-    from jaxflowers.data import ImageFolder, digits
-
-    if model not in MODELS:
-        raise ValueError(f"model={model!r} is not one of {', '.join(MODELS)}")
-    size = IMAGE_SIZE[model]
-    if name == "digits":
-        return digits(size)
-    if name == "flowers":
-        from jaxflowers.data import download_flowers
-        root = os.environ.get("JAXFLOWERS_DATA", os.path.expanduser("~/.cache/jaxflowers/data"))
-        return ImageFolder(download_flowers(root), image_size=size, cache_dir=cache_dir)
-    if name == "cifar10":
-        from jaxflowers.data import tfds_source
-        return tfds_source("cifar10", split="train", image_size=size)
-    return ImageFolder(name, image_size=size, cache_dir=cache_dir)
 
 
 # ---------------------------------------------------------------- option sets
@@ -189,8 +125,8 @@ class Recipe:
       data: default data set (one of :data:`DATASETS`).
       model: default network (a key of :data:`MODELS`).
       option_set: ``option_set(device_count, num_train, **fields) -> TrainingOptions``.
-      per_device_batch: the batch is per device and scales with the devices (the
-        multi-GPU example), rather than the global mini-batch.
+      per_device_batch: the recipe's batch is per device and scales with the devices (the
+        multi-GPU example's rule), rather than a fixed global mini-batch.
       train_fraction: each label's share of the training set; the rest validates.
     """
 
@@ -209,12 +145,17 @@ class Recipe:
         Args:
           device_count: devices the training runs on.
           num_train: training images (validation frequencies are counted from it).
-          batch_size: per device or global (see ``per_device_batch``); None: the recipe's.
+          batch_size: the global mini-batch (MATLAB's ``MiniBatchSize``), a multiple of
+            ``device_count``; None: the recipe's (per device for the multi-GPU example).
           **overrides: further ``TrainingOptions`` fields (``max_epochs``, ``seed``...).
         """
-        if batch_size is not None:
-            overrides["per_device_batch" if self.per_device_batch else "mini_batch_size"] = \
-                batch_size
+        if batch_size is not None and self.per_device_batch:
+            if batch_size % device_count:
+                raise ValueError(f"batch size {batch_size} is not a multiple of the "
+                                 f"{device_count} devices")
+            overrides["per_device_batch"] = batch_size // device_count
+        elif batch_size is not None:
+            overrides["mini_batch_size"] = batch_size
         return self.option_set(device_count, num_train, **overrides)
 
 
