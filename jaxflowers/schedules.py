@@ -220,6 +220,34 @@ _DEFAULTS = {"none": Constant, "warmup": Warmup, "cosine": Cosine,
              "polynomial": Polynomial, "exponential": Exponential, "cyclical": Cyclical}
 
 
+_CLASSES = {cls.__name__: cls for cls in (Constant, Piecewise, Warmup, Polynomial, Cosine,
+                                          Exponential, Cyclical)}
+
+
+def to_plain(spec):
+    """A ``learn_rate_schedule`` value as JSON-able data: names stay, a schedule becomes
+    ``{"schedule": class name, **fields}``, a sequence a list."""
+    if isinstance(spec, (tuple, list)):
+        return [to_plain(item) for item in spec]
+    if isinstance(spec, Schedule):
+        return {"schedule": type(spec).__name__, **dataclasses.asdict(spec)}
+    return spec
+
+
+def from_plain(plain):
+    """The ``learn_rate_schedule`` value of :func:`to_plain`'s data."""
+    if isinstance(plain, list):
+        return tuple(from_plain(item) for item in plain)
+    if isinstance(plain, dict):
+        fields = dict(plain)
+        name = fields.pop("schedule", None)
+        if name not in _CLASSES:
+            raise ValueError(f"learn_rate_schedule: {name!r} is not a schedule; use one of "
+                             f"{', '.join(_CLASSES)}")
+        return _CLASSES[name](**fields)
+    return plain
+
+
 def parts(spec, piecewise: Piecewise) -> tuple[Schedule, ...]:
     """The schedules a ``learn_rate_schedule`` value names, in order ("piecewise" is
     ``piecewise``, built from the options' drop factor and period)."""

@@ -138,12 +138,12 @@ def test_cifar_net_rejects_an_unknown_dense_initialiser(bad):
 
 def test_cifar_net_travels_through_the_sweep_codec():
     """A sweep job returns its TrainedNet as JSON: every module field must be plain data."""
-    from jaxflowers.sweep import transfer as codec
+    from jaxflowers.sweep import transfer
 
     model = jf.models.cifar_net(2, dense_init="lecun_normal")
     arrays = {}
-    encoded = codec.encode_tree(model, arrays, what="model")
-    back = codec.rebuild_tagged(codec.decode_tree(encoded, arrays.__getitem__))
+    encoded = transfer.encode_tree(model, arrays, what="model")
+    back = transfer.rebuild(transfer.decode_tree(encoded, arrays.__getitem__))
     assert back == model
 
 

@@ -45,6 +45,19 @@ class ImageSet:
     def __len__(self) -> int:
         return int(self.images.shape[0])
 
+    def __repr__(self) -> str:
+        return (f"ImageSet({len(self)} images of {self.image_shape}, "
+                f"{len(self.class_names)} classes)")
+
+    def to_dict(self) -> dict:
+        """``{"images", "labels", "class_names"}`` (``from_dict`` inverts it)."""
+        return {"images": self.images, "labels": self.labels,
+                "class_names": list(self.class_names)}
+
+    @classmethod
+    def from_dict(cls, fields: dict) -> "ImageSet":
+        return cls(fields["images"], fields["labels"], tuple(fields["class_names"]))
+
     @property
     def image_shape(self) -> tuple[int, int, int]:
         """(H, W, C) of every image."""

@@ -1,31 +1,59 @@
-"""File primitives the caches and the downloads share: a file's sha256, a JSON record
-written atomically, and whether a folder can take new files."""
+"""Files written whole or not at all, and whether a folder can take new files.
+
+``write_atomic`` is the one way jaxflowers writes a file a reader might see half-written
+(a saved network, a JSON record, a sweep's results, the bench's report): into a temporary
+file beside the destination, flushed to disk, then renamed over it, so a reader (or a run
+after a crash) finds the old file or the whole new one.
+"""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import pathlib
 import secrets
 import tempfile
+from typing import Callable
+
+
+def write_atomic(path: str | os.PathLike, content: bytes | str | Callable) -> pathlib.Path:
+    """Write ``content`` to ``path`` atomically; its folder is created if missing.
+
+    Args:
+      path: the destination file.
+      content: bytes, text (UTF-8), or a function that writes into a binary file object.
+
+    Returns:
+      ``path`` as a ``pathlib.Path``.
+    """
+    path = pathlib.Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"cannot write {path}: it is a folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        with open(tmp, "wb") as file:
+            if callable(content):
+                content(file)
+            else:
+                file.write(content.encode() if isinstance(content, str) else content)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike, record) -> pathlib.Path:
+    """``record`` as indented JSON (ASCII: names may hold undecodable bytes), atomically."""
+    return write_atomic(path, json.dumps(record, indent=1) + "\n")
 
 
 def sha256_file(path: str | os.PathLike) -> str:
     """Hex sha256 of the file at ``path``, read in chunks (memory stays flat)."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def write_json_atomic(path: str | os.PathLike, record: dict) -> None:
-    """Write ``record`` as JSON to ``path`` through a temporary file in the same folder, so
-    a reader sees the old file or the whole new one, never half of it."""
-    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)  # ASCII: file names may hold undecodable bytes
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def unwritable(folder: str | os.PathLike) -> str | None:

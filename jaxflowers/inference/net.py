@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
 
@@ -28,17 +28,70 @@ class TrainedNet:
 
     @property
     def dtype(self):
+        import jax.numpy as jnp
+
         return getattr(self.model, "dtype", jnp.float32)
 
-    def save(self, path):
-        """Write this network to one file at ``path``, for ``jaxflowers.load`` (MATLAB's
-        ``save``); no pickle (see ``jaxflowers.saving.netfile``). Returns the path."""
-        from jaxflowers.saving.netfile import save
+    def __repr__(self) -> str:
+        from jaxflowers.recipes import model_spec
 
-        return save(self, path)
+        try:
+            name, kwargs = model_spec(self.model)
+            model = f"{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+        except TypeError:
+            model = type(self.model).__name__
+        return (f"TrainedNet({model}, {len(self.class_names)} classes, input "
+                f"{tuple(self.input_shape)}, {np.dtype(self.dtype).name})")
+
+    def save(self, path: str | os.PathLike):
+        """Write this network to one file at ``path`` for ``jaxflowers.load`` (MATLAB's
+        ``save``): safetensors with its description in the header, no pickle. Returns the
+        path (a ``pathlib.Path``)."""
+        from jaxflowers.saving import netfile
+
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"cannot save the network to {path}: it is a folder; give "
+                                    "a file name such as net.safetensors")
+        try:
+            plain = self.to_dict()
+        except TypeError as error:
+            raise TypeError(f"cannot save the network to {path}: {error}") from None
+        return netfile.write(path, plain)
+
+    def to_dict(self) -> dict:
+        """The network as JSON-able data and numpy arrays: the model as its registry spec
+        (``recipes.model_spec``) and dtype, the variables, classes, normalization and input
+        shape. What a saved file and a sweep job's result hold; ``from_dict`` inverts it.
+
+        Raises:
+          TypeError: the model is not one of ``jaxflowers.models``'s networks.
+        """
+        from jaxflowers.recipes import model_spec
+
+        name, kwargs = model_spec(self.model)
+        return {"model": [name, kwargs], "dtype": np.dtype(self.dtype).name,
+                "variables": self.variables, "class_names": list(self.class_names),
+                "normalization": [np.asarray(s, np.float32) for s in self.normalization],
+                "input_shape": [int(v) for v in self.input_shape]}
+
+    @classmethod
+    def from_dict(cls, plain: dict) -> "TrainedNet":
+        """The network ``to_dict`` described; only registry networks are built."""
+        import jax.numpy as jnp
+
+        from jaxflowers.recipes import build_model
+
+        model = build_model(tuple(plain["model"]))
+        if plain.get("dtype", "float32") == "bfloat16":
+            model = model.clone(dtype=jnp.bfloat16)
+        normalization = tuple(np.asarray(s, np.float32) for s in plain["normalization"])
+        return cls(model=model, variables=plain["variables"],
+                   class_names=tuple(str(c) for c in plain["class_names"]),
+                   normalization=normalization,
+                   input_shape=tuple(int(v) for v in plain["input_shape"]))
 
 
-def load(path) -> TrainedNet:
+def load(path: str | os.PathLike) -> TrainedNet:
     """Read a network that ``TrainedNet.save`` wrote (MATLAB's ``load`` of a saved net).
 
     Args:
@@ -52,6 +105,11 @@ def load(path) -> TrainedNet:
       ValueError: the file is not a saved network, is damaged, or comes from a newer
         version of jaxflowers; the message names the file.
     """
-    from jaxflowers.saving.netfile import read
+    from jaxflowers.saving import netfile
 
-    return read(path, TrainedNet)
+    plain = netfile.read(path)
+    try:
+        return TrainedNet.from_dict(plain)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path} does not describe a network jaxflowers can build: "
+                         f"{type(error).__name__}: {error}") from error

@@ -50,6 +50,20 @@ class ExecutionOptions:
         """A copy with ``changes`` applied (and validated)."""
         return dataclasses.replace(self, **changes)
 
+    def to_dict(self) -> dict:
+        """The fields as JSON-able data (``from_dict`` inverts it)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, fields) -> "ExecutionOptions":
+        """Options from a dict of fields; an unknown field is a ``ValueError`` naming it."""
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = [name for name in fields if name not in known]
+        if unknown:
+            raise ValueError(f"unknown execution option {unknown[0]!r}: ExecutionOptions has "
+                             f"no such field (it has {', '.join(known)})")
+        return cls(**fields)
+
     def resolve(self, platform: str, image_shape, *, streamed: bool) -> "Resolved":
         """The concrete choices for ``platform`` ("cpu", "gpu", ...) and (H, W, C) inputs.
 

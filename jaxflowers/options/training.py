@@ -164,6 +164,49 @@ class TrainingOptions:
         """A copy with ``changes`` applied (and validated)."""
         return dataclasses.replace(self, **changes)
 
+    def to_dict(self) -> dict:
+        """The fields as JSON-able data (augmentation and schedules as dicts), for files
+        and other processes; ``validation_data`` stays as it is. ``from_dict`` inverts it.
+
+        Raises:
+          TypeError: ``output_fn`` is set (a function cannot be written down).
+        """
+        if self.output_fn is not None:
+            raise TypeError("TrainingOptions.output_fn cannot travel to another process or "
+                            "file; a sweep job reports progress with jaxflowers.sweep.report")
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["augmentation"] = (None if self.augmentation is None
+                                  else dataclasses.asdict(self.augmentation))
+        fields["learn_rate_schedule"] = schedules.to_plain(self.learn_rate_schedule)
+        fields["metrics"] = list(self.metrics)
+        for name in ("plots_path", "log_dir", "checkpoint_path"):
+            fields[name] = None if fields[name] is None else os.fspath(fields[name])
+        return fields
+
+    @classmethod
+    def from_dict(cls, fields) -> "TrainingOptions":
+        """Options from ``to_dict``'s data, or any dict of fields (``augmentation`` may be a
+        dict of ``Augmentation`` fields, a schedule a dict with its class name).
+
+        Raises:
+          ValueError: an unknown field (naming it and the known ones), or a bad value.
+        """
+        fields = dict(fields)
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = [name for name in fields if name not in known]
+        if unknown:
+            raise ValueError(f"unknown option {unknown[0]!r}: TrainingOptions has no such "
+                             f"field (it has {', '.join(known)})")
+        augmentation = fields.get("augmentation")
+        if isinstance(augmentation, dict):
+            try:
+                fields["augmentation"] = Augmentation(**augmentation)
+            except TypeError as error:
+                raise ValueError(f"augmentation={augmentation!r}: {error}") from None
+        if "learn_rate_schedule" in fields:
+            fields["learn_rate_schedule"] = schedules.from_plain(fields["learn_rate_schedule"])
+        return cls(**fields)
+
 
 def recipe_fields() -> tuple[str, ...]:
     """The fields that decide what a run computes: a checkpoint holds them, and a run that

@@ -1,126 +1,120 @@
-"""A trained network on disk: ``TrainedNet.save(path)`` and ``jaxflowers.load(path)``.
+"""A trained network as one file: safetensors, with its description in the header.
 
-One zip file (stored, not compressed; every member carries a CRC-32, so damage is found
-on reading) holding two members and no pickle:
-
-* ``net.json``: the format and version, and every field of the ``TrainedNet`` but its
-  variables, as ``jaxflowers.saving.plaintree`` encodes them (the model as its class and fields, only
-  classes of ``jaxflowers.models`` rebuilt);
-* ``arrays.msgpack``: the variables and the codec's arrays (the normalization), through
-  ``flax.serialization``.
-
-The file is written beside its destination and renamed into place, so a crash while
-saving leaves the previous file (or none), never half of one.
+The tensors are the network's variables and normalization (``variables/params/...``,
+``normalization/0`` and ``/1``); the header's ``jaxflowers`` entry is JSON holding the
+format version, the model as its registry spec and dtype, the classes, the input shape, and
+an xxh3-128 digest of every tensor, checked on reading (safetensors itself checks only the
+header), so damage anywhere is an error naming the file, never a network that predicts
+something else. No pickle: reading runs no code and builds only registry networks. Files
+of jaxflowers 0.1 (zip files) are read by ``saving.legacy``.
 """
 from __future__ import annotations
 
 import json
 import os
 import pathlib
-import secrets
-import zipfile
+
+import numpy as np
+
+from jaxflowers.host.files import write_atomic
 
 FORMAT = "jaxflowers.TrainedNet"
-VERSION = 1
-_META, _ARRAYS = "net.json", "arrays.msgpack"
+VERSION = 2
+_KEY = "jaxflowers"  # the header entry holding the description
 
 
-def save(net, path: str | os.PathLike) -> pathlib.Path:
-    """Write ``net`` to the file ``path`` (its folder is created if missing); see the module.
-
-    Returns:
-      ``path`` as a ``pathlib.Path``.
-    """
-    import dataclasses
-
-    from flax import serialization
-
-    from jaxflowers.saving import plaintree as codec
+def write(path: str | os.PathLike, plain: dict) -> pathlib.Path:
+    """Write a network's plain form (``TrainedNet.to_dict``) to the file ``path``."""
+    from safetensors.numpy import save
 
     path = pathlib.Path(path).expanduser()
     if path.is_dir():
         raise IsADirectoryError(f"cannot save the network to {path}: it is a folder; give a "
-                                "file name such as net.zip")
-    arrays: dict = {}
-    fields = {f.name: getattr(net, f.name) for f in dataclasses.fields(net)
-              if f.init and f.name != "variables"}
-    try:
-        encoded = codec.encode_tree(fields, arrays, what="the network")
-    except TypeError as error:
-        raise TypeError(f"cannot save the network to {path}: {error}. Only the models of "
-                        "jaxflowers.models are saved (as their class and fields, without "
-                        "pickle)") from error
-    meta = {"format": FORMAT, "version": VERSION, "fields": encoded}
-    blob = serialization.msgpack_serialize({"variables": net.variables, "arrays": arrays})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as archive:
-            archive.writestr(_META, json.dumps(meta, indent=1))
-            archive.writestr(_ARRAYS, blob)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+                                "file name such as net.safetensors")
+    tensors = _flatten({"variables": plain["variables"],
+                        "normalization": dict(enumerate(plain["normalization"]))})
+    description = {key: plain[key] for key in plain if key not in ("variables", "normalization")}
+    description.update(format=FORMAT, version=VERSION, digest=_digest(tensors))
+    return write_atomic(path, save(tensors, metadata={_KEY: json.dumps(description)}))
 
 
-def read(path: str | os.PathLike, build):
-    """Read a network that ``TrainedNet.save`` wrote and hand its fields to ``build``.
-
-    Args:
-      path: the file.
-      build: called with the network's fields as keyword arguments (``TrainedNet``).
-
-    Returns:
-      What ``build`` returns.
+def read(path: str | os.PathLike) -> dict:
+    """The plain form of the network saved at ``path``.
 
     Raises:
-      FileNotFoundError: nothing at ``path``. IsADirectoryError: ``path`` is a folder.
-      ValueError: the file is not a saved network, is damaged, or comes from a newer
-        version of jaxflowers; the message names the file.
+      FileNotFoundError, IsADirectoryError: nothing, or a folder, at ``path``.
+      ValueError: not a saved network, damaged, or of a newer format; naming the file.
     """
     path = pathlib.Path(path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"no saved network at {path}")
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder, not a saved network file")
-    meta, blob = _read_members(path)
+    with open(path, "rb") as file:
+        head = file.read(4)
+    if head == b"PK\x03\x04":  # a zip: the format of jaxflowers 0.1
+        from jaxflowers.saving import legacy
+        return legacy.read_v1(path)
+    tensors, description = _read_checked(path)
+    nested = _unflatten(tensors)
+    return {**{k: v for k, v in description.items() if k not in ("format", "version", "digest")},
+            "variables": nested.get("variables", {}),
+            "normalization": [nested["normalization"][str(i)] for i in range(2)]}
+
+
+def _read_checked(path: pathlib.Path) -> tuple[dict, dict]:
+    from safetensors import safe_open
+
     try:
-        fields, variables = _decode(meta, blob)
-        return build(variables=variables, **fields)
-    except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"{path} is damaged or not a saved jaxflowers network: "
-                         f"{type(error).__name__}: {error}") from error
+        with safe_open(str(path), framework="numpy") as file:
+            description = json.loads((file.metadata() or {})[_KEY])
+            tensors = {key: file.get_tensor(key) for key in file.keys()}
+    except KeyError:
+        raise ValueError(f"cannot load {path}: a safetensors file, but not a saved "
+                         "jaxflowers network (its header has no description)") from None
+    except Exception as error:  # noqa: BLE001 (safetensors raises its own types for damage)
+        raise ValueError(f"cannot load {path}: damaged or not a saved network "
+                         f"({type(error).__name__}: {error})") from None
+    if not isinstance(description, dict) or description.get("format") != FORMAT:
+        raise ValueError(f"cannot load {path}: its header does not describe a {FORMAT}")
+    if description.get("version") != VERSION:
+        raise ValueError(f"cannot load {path}: it has format version "
+                         f"{description.get('version')!r}; this jaxflowers reads version "
+                         f"{VERSION} (and 1); a newer jaxflowers wrote it?")
+    if description.get("digest") != _digest(tensors):
+        raise ValueError(f"cannot load {path}: its tensors do not match their digest (the file "
+                         "is damaged)")
+    return tensors, description
 
 
-def _read_members(path: pathlib.Path) -> tuple[dict, bytes]:
-    """(the parsed ``net.json``, the bytes of ``arrays.msgpack``), checked."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            meta = json.loads(archive.read(_META))
-            if not (isinstance(meta, dict) and meta.get("format") == FORMAT):
-                raise ValueError(f"its {_META} does not describe a {FORMAT}")
-            if meta.get("version") != VERSION:
-                raise ValueError(f"it has format version {meta.get('version')!r}; this "
-                                 f"jaxflowers reads version {VERSION} (a newer jaxflowers "
-                                 "wrote it?)")
-            return meta, archive.read(_ARRAYS)
-    except zipfile.BadZipFile as error:  # not a zip, truncated, or a member's CRC fails
-        reason = f"damaged or not a saved network ({error})"
-    except KeyError as error:  # a member is missing
-        reason = f"not a saved network: {error.args[0]}"
-    except (ValueError, UnicodeDecodeError) as error:
-        reason = f"not a saved network: {error}"
-    raise ValueError(f"cannot load {path}: {reason}")
+def _digest(tensors: dict) -> str:
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    for key in sorted(tensors):
+        array = np.ascontiguousarray(tensors[key])
+        digest.update(f"{key}:{array.dtype.str}:{array.shape};".encode())
+        digest.update(array.data)
+    return digest.hexdigest()
 
 
-def _decode(meta: dict, blob: bytes) -> tuple[dict, dict]:
-    """(the TrainedNet's fields but its variables, the variables) of a file's contents."""
-    from flax import serialization
+def _flatten(tree, prefix: str = "") -> dict[str, np.ndarray]:
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "/"))
+        else:
+            flat[name] = np.ascontiguousarray(value)
+    return flat
 
-    from jaxflowers.saving import plaintree as codec
 
-    stored = serialization.msgpack_restore(blob)
-    fields = codec.rebuild_tagged(codec.decode_tree(meta["fields"],
-                                                    stored.get("arrays", {}).__getitem__))
-    return fields, stored["variables"]
+def _unflatten(flat: dict) -> dict:
+    tree: dict = {}
+    for name, value in flat.items():
+        *parents, leaf = name.split("/")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return tree

@@ -11,7 +11,7 @@ import threading
 from concurrent.futures import CancelledError, Future, wait
 from typing import Any, Callable, Iterable
 
-from jaxflowers.sweep import transfer as codec
+from jaxflowers.sweep import transfer
 
 
 class JobError(RuntimeError):
@@ -85,7 +85,7 @@ class JobFuture(Future):
         value = super().result(timeout)
         with self._rebuild_lock:
             if self._rebuilt is None:
-                self._rebuilt = (codec.rebuild_tagged(value),)
+                self._rebuilt = (transfer.rebuild(value),)
             return self._rebuilt[0]
 
     def __repr__(self) -> str:

@@ -87,9 +87,7 @@ def job_options(options, execution=None) -> tuple[Any, Any]:
       ValueError: naming the option that is unknown or whose value is not allowed.
       TypeError: ``options`` or ``execution`` is of another type.
     """
-    from jaxflowers.data.augment import Augmentation
-    from jaxflowers.options.execution import ExecutionOptions
-    from jaxflowers.options.training import TrainingOptions
+    from jaxflowers.options import ExecutionOptions, TrainingOptions
 
     fields = _fields(options, TrainingOptions, "options")
     routed = {f.name: fields.pop(f.name) for f in dataclasses.fields(ExecutionOptions)
@@ -100,16 +98,8 @@ def job_options(options, execution=None) -> tuple[Any, Any]:
         raise ValueError(f"unknown option {unknown[0]!r}: neither TrainingOptions nor "
                          f"ExecutionOptions has such a field (TrainingOptions: "
                          f"{', '.join(known)})")
-    if isinstance(fields.get("augmentation"), Mapping):
-        try:
-            fields["augmentation"] = Augmentation(**fields["augmentation"])
-        except TypeError as error:
-            raise ValueError(f"augmentation={fields['augmentation']!r}: {error}") from None
     execution = {**_fields(execution or {}, ExecutionOptions, "execution"), **routed}
-    try:
-        return TrainingOptions(**fields), ExecutionOptions(**execution)
-    except TypeError as error:  # an unknown ExecutionOptions field in ``execution``
-        raise ValueError(f"execution: {error}") from None
+    return TrainingOptions.from_dict(fields), ExecutionOptions.from_dict(execution)
 
 
 def _fields(value, cls, what: str) -> dict:

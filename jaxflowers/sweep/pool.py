@@ -17,7 +17,7 @@ from concurrent.futures import wait
 from typing import Any, Callable, Sequence
 
 from jaxflowers.sweep import shutdown as interrupts
-from jaxflowers.sweep import transfer as codec
+from jaxflowers.sweep import transfer
 from jaxflowers.sweep.backends.base import Backend, Job, JobEvents
 from jaxflowers.sweep.events import EventDispatcher
 from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError
@@ -134,12 +134,12 @@ class DevicePool:
             raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
         if self._shutdown:
             raise RuntimeError("cannot submit jobs to a DevicePool after shutdown")
-        reference = codec.job_reference(fn)
+        reference = transfer.job_reference(fn)
         arrays: dict = {}
         arguments = {
-            "args": [codec.encode_tree(v, arrays, what=f"argument {i}")
+            "args": [transfer.encode_tree(v, arrays, what=f"argument {i}")
                      for i, v in enumerate(args)],
-            "kwargs": {k: codec.encode_tree(v, arrays, what=f"argument {k!r}")
+            "kwargs": {k: transfer.encode_tree(v, arrays, what=f"argument {k!r}")
                        for k, v in kwargs.items()}}
         staged = self._backend.prepare(reference, arguments, arrays)  # slow for big arrays
         with self._lock:

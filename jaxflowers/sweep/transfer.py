@@ -1,13 +1,14 @@
-"""How jobs, their arguments and their results cross process boundaries, without pickle.
+"""What crosses a sweep's process boundary: job references, and values as JSON plus arrays.
 
 A job function travels as a reference ``"module:qualname"`` that the worker imports.
-Arguments and results travel as JSON with their arrays beside it (``jaxflowers.saving.plaintree``),
-as ``.npy`` files (arguments, memory-mapped by the worker) or one ``.npz`` (results),
-always with ``allow_pickle=False``. Tuples keep their type (a job returning a tuple has
-several outputs, like a MATLAB function with several output arguments). jaxflowers objects
-(``TrainingOptions``, image sets, ``TrainedNet``, ``TrainingInfo``; the models through
-``plaintree``) travel as ``Tagged`` plain trees that ``objects.rebuild`` turns back into
-objects, from a fixed list of classes, never from a name the file could choose freely.
+Arguments and results travel as JSON with their arrays beside it, as ``.npy`` files
+(arguments, memory-mapped by the worker) or one ``.npz`` (results), always with
+``allow_pickle=False``. Tuples keep their type (a job returning a tuple has several
+outputs, like a MATLAB function). The jaxflowers objects of ``TRAVELLING`` travel as their
+own ``to_dict()`` and come back through ``from_dict``; no other class is ever built from a
+file, so a file cannot make a process import or call anything else. Encoding imports
+nothing new; rebuilding may import JAX (workers for arguments, ``Future.result()`` for
+results).
 """
 from __future__ import annotations
 
@@ -17,14 +18,18 @@ import io
 import json
 import pathlib
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from jaxflowers.saving import plaintree
-from jaxflowers.sweep import objects
+from jaxflowers.host.files import write_atomic
 
-Tagged, decode_tree = plaintree.Tagged, plaintree.decode_tree  # the sweep's names for them
+_ARRAY, _TUPLE, _OBJECT = "__array__", "__tuple__", "__object__"
+# The classes that travel, by name, and the module each lives in.
+TRAVELLING = {"TrainedNet": "jaxflowers.inference.net", "TrainingInfo": "jaxflowers.training.info",
+              "TrainingOptions": "jaxflowers.options.training",
+              "ExecutionOptions": "jaxflowers.options.execution",
+              "ImageSet": "jaxflowers.data.imageset"}
 
 # ---------------------------------------------------------------- job references
 
@@ -90,16 +95,122 @@ def resolve_job(ref: str, main_path: str | None = None) -> Callable:
     return fn
 
 
-# ---------------------------------------------------------------- trees <-> JSON + arrays
+# ---------------------------------------------------------------- values <-> JSON + arrays
 
 def encode_tree(value: Any, arrays: dict[str, np.ndarray], *, what: str) -> Any:
-    """``plaintree.encode_tree`` that also lets the sweep's objects travel (``objects``)."""
-    return plaintree.encode_tree(value, arrays, what=what, known=objects.encode)
+    """``value`` as JSON-able data; arrays move into ``arrays`` and leave a marker.
+
+    Args:
+      value: None, bool, int, float, str, lists, tuples, str-keyed dicts, numpy or JAX
+        arrays and scalars, objects of ``TRAVELLING`` (an ``ImageFolder`` travels as its
+        images) and the networks of ``jaxflowers.models`` (as their spec), nested.
+      arrays: filled with name -> numpy array for every array found.
+      what: how to name ``value`` in error messages ("argument 'data'").
+
+    Raises:
+      TypeError: naming the path of a value that cannot travel.
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        items = [encode_tree(v, arrays, what=f"{what}[{i}]") for i, v in enumerate(value)]
+        return {_TUPLE: items} if isinstance(value, tuple) else items
+    if isinstance(value, Mapping):
+        bad = [k for k in value if not isinstance(k, str) or k.startswith("__")]
+        if bad:
+            raise TypeError(f"{what} has dict keys {bad!r}; only str keys not starting with "
+                            "'__' travel as JSON")
+        return {k: encode_tree(v, arrays, what=f"{what}[{k!r}]") for k, v in value.items()}
+    name = _travelling(value)
+    if name is not None:
+        if name == "ImageFolder":
+            value, name = value.load(), "ImageSet"  # the images, not the folder
+        plain = _model_plain(value) if name == "Model" else value.to_dict()
+        return {_OBJECT: name, "value": encode_tree(plain, arrays, what=f"{what}.{name}")}
+    if hasattr(value, "__array__") and hasattr(value, "dtype"):
+        return _encode_array(np.asarray(value), arrays, what)
+    raise TypeError(f"{what} is a {type(value).__module__}.{type(value).__qualname__}, which "
+                    "cannot travel as JSON; pass plain values, numpy arrays, or a file path")
 
 
-def rebuild_tagged(value: Any) -> Any:
-    """``plaintree.rebuild_tagged`` that also rebuilds the sweep's objects (may import JAX)."""
-    return plaintree.rebuild_tagged(value, objects.rebuild)
+def _travelling(value) -> str | None:
+    """The ``TRAVELLING`` name of ``value``'s class (itself, not a subclass), or None; a
+    network of ``jaxflowers.models`` travels as its registry spec ("Model")."""
+    cls = type(value)
+    if cls.__name__ == "ImageFolder" and cls.__module__ == "jaxflowers.data.folder":
+        return "ImageFolder"
+    if cls.__module__ in ("jaxflowers.models.cifar", "jaxflowers.models.resnet"):
+        return "Model"
+    return cls.__name__ if TRAVELLING.get(cls.__name__) == cls.__module__ else None
+
+
+def _model_plain(model) -> dict:
+    from jaxflowers.recipes import model_spec
+
+    return {"spec": list(model_spec(model)), "dtype": np.dtype(model.dtype).name}
+
+
+def _model(plain: dict):
+    import jax.numpy as jnp
+
+    from jaxflowers.recipes import build_model
+
+    model = build_model(tuple(plain["spec"]))
+    return model.clone(dtype=jnp.bfloat16) if plain["dtype"] == "bfloat16" else model
+
+
+def _encode_array(array: np.ndarray, arrays: dict, what: str) -> dict:
+    if array.dtype.hasobject:
+        raise TypeError(f"{what} is an object array, which cannot travel without pickle")
+    name = f"a{len(arrays)}"
+    if array.dtype.kind == "V" and array.dtype.names is None:  # ml_dtypes: bfloat16, float8...
+        arrays[name] = array.astype(np.float32)
+        return {_ARRAY: name, "dtype": array.dtype.name}
+    arrays[name] = array
+    return {_ARRAY: name}
+
+
+def decode_tree(tree: Any, load: Callable[[str], np.ndarray]) -> Any:
+    """Inverse of :func:`encode_tree` up to objects, which stay markers for ``rebuild``;
+    ``load(name)`` gives one array."""
+    if isinstance(tree, list):
+        return [decode_tree(v, load) for v in tree]
+    if not isinstance(tree, dict):
+        return tree
+    if _ARRAY in tree:
+        array = load(tree[_ARRAY])
+        if "dtype" in tree:
+            import ml_dtypes
+            array = np.asarray(array).astype(getattr(ml_dtypes, tree["dtype"]))
+        return array
+    if _TUPLE in tree:
+        return tuple(decode_tree(v, load) for v in tree[_TUPLE])
+    if _OBJECT in tree:
+        return {_OBJECT: tree[_OBJECT], "value": decode_tree(tree["value"], load)}
+    return {k: decode_tree(v, load) for k, v in tree.items()}
+
+
+def rebuild(value: Any) -> Any:
+    """``value`` with every object marker built into its object (may import JAX).
+
+    Raises:
+      ValueError: a marker naming a class outside ``TRAVELLING``.
+    """
+    if isinstance(value, (list, tuple)):
+        return type(value)(rebuild(v) for v in value)
+    if not isinstance(value, dict):
+        return value
+    if _OBJECT not in value:
+        return {k: rebuild(v) for k, v in value.items()}
+    name = value[_OBJECT]
+    if name == "Model":
+        return _model(value["value"])
+    if name not in TRAVELLING:
+        raise ValueError(f"refusing to rebuild {name!r}: not a jaxflowers class that may travel")
+    cls = getattr(importlib.import_module(TRAVELLING[name]), name)
+    return cls.from_dict(rebuild(value["value"]))
 
 
 # ---------------------------------------------------------------- files
@@ -119,18 +230,16 @@ def read_arguments(folder: pathlib.Path) -> Any:
 
 
 def write_result(folder: pathlib.Path, value: Any) -> None:
-    """Store a job's return value as ``result.json`` + ``result.npz`` (atomic: json last)."""
+    """Store a job's return value as ``result.npz`` + ``result.json`` (each atomic, the
+    JSON last: its presence means the result is whole)."""
     arrays: dict[str, np.ndarray] = {}
     tree = encode_tree(value, arrays, what="the job's return value")
-    with open(folder / "result.npz", "wb") as f:
-        np.savez(f, **arrays)
-    tmp = folder / "result.json.tmp"
-    tmp.write_text(json.dumps(tree))
-    tmp.replace(folder / "result.json")
+    write_atomic(folder / "result.npz", lambda file: np.savez(file, **arrays))
+    write_atomic(folder / "result.json", json.dumps(tree))
 
 
 def read_result_bytes(json_text: str, npz_bytes: bytes) -> Any:
-    """Decode a result from the two files' contents (Tagged values are left for later)."""
+    """Decode a result from the two files' contents (objects are left for ``rebuild``)."""
     with np.load(io.BytesIO(npz_bytes), allow_pickle=False) as npz:
         arrays = {name: npz[name] for name in npz.files}
     return decode_tree(json.loads(json_text), arrays.__getitem__)

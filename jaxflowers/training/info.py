@@ -65,6 +65,23 @@ class TrainingInfo:
                 self.final_validation_metrics = {k: float(v[-1]) for k, v in
                                                  self.validation_metrics.items() if len(v)}
 
+    def __repr__(self) -> str:
+        accuracy = self.final_validation_accuracy
+        scored = "" if accuracy is None else f", final validation accuracy {accuracy:.2f}%"
+        return (f"TrainingInfo({len(self.iteration)} iterations, "
+                f"{len(self.validation_iteration)} validations{scored}, "
+                f"stop_reason={self.stop_reason!r})")
+
+    def to_dict(self) -> dict:
+        """The fields as JSON-able data and numpy arrays (``from_dict`` inverts it)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["stopped_by"] = self.stopped_by.value
+        return fields
+
+    @classmethod
+    def from_dict(cls, fields: dict) -> "TrainingInfo":
+        return cls(**fields)
+
     @property
     def diverged(self) -> bool:
         """Whether training stopped on a loss or gradient that was not finite."""

@@ -18,7 +18,7 @@ class Job:
 
     index: int
     future: Any                # its JobFuture
-    reference: dict            # codec.job_reference(fn)
+    reference: dict            # transfer.job_reference(fn)
     staged: Any                # what Backend.prepare returned (files or bytes)
     timeout: float | None
     state: str = "queued"      # queued -> running -> done

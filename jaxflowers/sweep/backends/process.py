@@ -16,7 +16,7 @@ import threading
 from typing import Any, Iterator, Mapping
 
 from jaxflowers.host.processes import start_module
-from jaxflowers.sweep import transfer as codec
+from jaxflowers.sweep import transfer
 from jaxflowers.sweep.channel import ENV_FD
 from jaxflowers.sweep.futures import JobError
 
@@ -27,7 +27,7 @@ def write_spec(folder: pathlib.Path, reference: dict, arguments: Any, arrays: di
                sys_path: list[str] | None = None) -> None:
     """Store a job (reference, JSON arguments, arrays, the caller's ``sys.path``, which
     defaults to this process's) in ``folder`` for a worker."""
-    codec.write_arguments(folder, arguments, arrays)
+    transfer.write_arguments(folder, arguments, arrays)
     sys_path = sys.path if sys_path is None else sys_path
     spec = {**reference, "sys_path": [p for p in sys_path if isinstance(p, str)]}
     (folder / "spec.json").write_text(json.dumps(spec))
@@ -129,7 +129,7 @@ def outcome(folder: pathlib.Path, returncode: int, log_path: pathlib.Path) -> di
       "error_type"}``.
     """
     if returncode == 0 and (folder / "result.json").exists():
-        json_text, npz = codec.read_result_files(folder)
+        json_text, npz = transfer.read_result_files(folder)
         return {"status": "result", "json": json_text, "npz": npz}
     error = {"status": "error", "exit_code": returncode if returncode >= 0 else None,
              "signal_name": None, "log_tail": log_tail(log_path), "error_type": None}
@@ -152,7 +152,7 @@ def to_result(job_index: int, done: dict) -> tuple[Any, JobError | None]:
     """(value, None) or (None, JobError) from an ``outcome`` dict."""
     if done["status"] == "result":
         try:
-            return codec.read_result_bytes(done["json"], done["npz"]), None
+            return transfer.read_result_bytes(done["json"], done["npz"]), None
         except Exception as error:  # noqa: BLE001
             return None, JobError(job_index, f"left a result that could not be read: {error}")
     fields = {k: done[k] for k in ("exit_code", "signal_name", "log_tail", "error_type")}

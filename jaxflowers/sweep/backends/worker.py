@@ -37,16 +37,15 @@ def _watch_parent() -> None:
 
 def run(folder: pathlib.Path) -> int:
     """Run the job stored in ``folder``; returns the exit status (0 done, 1 raised)."""
-    from jaxflowers.sweep import channel
-    from jaxflowers.sweep import transfer as codec
+    from jaxflowers.sweep import channel, transfer
 
     spec = json.loads((folder / "spec.json").read_text())
     sys.path[:0] = [p for p in spec["sys_path"] if p not in sys.path]
     channel.connect()
     try:
-        fn = codec.resolve_job(spec["ref"], spec.get("main_path"))
-        args = codec.rebuild_tagged(codec.read_arguments(folder))
-        codec.write_result(folder, fn(*args["args"], **args["kwargs"]))
+        fn = transfer.resolve_job(spec["ref"], spec.get("main_path"))
+        args = transfer.rebuild(transfer.read_arguments(folder))
+        transfer.write_result(folder, fn(*args["args"], **args["kwargs"]))
         return 0
     except Exception as error:  # noqa: BLE001 (every failure is reported to the caller)
         text = traceback.format_exc()
