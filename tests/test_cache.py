@@ -70,6 +70,50 @@ def test_a_changed_file_or_size_gives_a_new_cache(tmp_path, count_decodes):
     assert bigger.images.shape == (6, 6, 5, 3) and len(count_decodes) == 18
 
 
+def test_a_picture_replaced_keeping_its_size_and_mtime_is_noticed(tmp_path, count_decodes):
+    """What ``cp -p``, tar and ``rsync -a`` do: another picture of the same size with the
+    old mtime. The cache notices (a new inode or ctime) and the folder's older cache goes
+    once the new one is complete, so there is one cache per folder and size."""
+    root = _folder(tmp_path / "r")
+    old = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
+    assert old.images[1, 0, 0].tolist() == [0, 20, 50]
+    target = root / "a" / "1.png"
+    st = os.stat(target)
+    replacement = tmp_path / "other.png"
+    Image.new("RGB", (9, 7), (7, 20, 50)).save(replacement)  # same size: one byte differs
+    assert os.path.getsize(replacement) == st.st_size
+    os.replace(replacement, target)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (os.stat(target).st_size, os.stat(target).st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    new = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
+    assert new.images[1, 0, 0].tolist() == [7, 20, 50] and len(count_decodes) == 12
+    kept = sorted(f for f in os.listdir(tmp_path / "c") if not f.endswith(".lock"))
+    assert kept == [os.path.basename(new.cache_path)[:-4] + ext for ext in (".json", ".npy")]
+    other_size = ImageFolder(root, image_size=(6, 5), cache_dir=tmp_path / "c")
+    assert os.path.exists(new.cache_path) and os.path.exists(other_size.cache_path)
+
+
+def test_content_fingerprints_notice_a_change_the_metadata_hides(tmp_path, monkeypatch,
+                                                                   count_decodes):
+    """``fingerprint="content"`` (``--verify-cache``) reads every file: it notices a change
+    even where the stat fingerprint cannot (faked here by freezing it)."""
+    from jaxflowers.data import folder as folder_lib
+
+    root = _folder(tmp_path / "r")
+    real = folder_lib._stat_file
+    monkeypatch.setattr(folder_lib, "_stat_file", lambda path, fingerprint="stat": (
+        real(path, fingerprint) if fingerprint == "content" else (*real(path)[:2], "frozen", "")))
+    ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images
+    Image.new("RGB", (9, 7), (9, 9, 9)).save(root / "b" / "0.png")
+    stale = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
+    assert stale.images[3, 0, 0].tolist() == [100, 0, 50]  # what frozen metadata gives
+    checked = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c",
+                          fingerprint="content")
+    assert checked.images[3, 0, 0].tolist() == [9, 9, 9] and len(count_decodes) == 12
+    with pytest.raises(ValueError, match="fingerprint='mtime'"):
+        ImageFolder(root, fingerprint="mtime")
+
+
 @pytest.mark.parametrize("damage", ["flip a byte", "truncate", "garble the sidecar"])
 def test_a_corrupted_cache_is_detected_and_rebuilt(tmp_path, count_decodes, damage):
     root = _folder(tmp_path / "r")

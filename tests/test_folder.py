@@ -3,6 +3,7 @@ import functools
 import http.server
 import io
 import os
+import time
 import socket
 import sys
 import threading
@@ -218,6 +219,34 @@ def test_symlinked_class_folder_is_followed_and_loops_end(tmp_path):
     assert ds.counts() == {"cats": 2, "dogs": 1}
     assert all(f.startswith(str(tmp_path / "r")) for f in ds.files)
     assert ds.images.shape == (3, 4, 4, 3)
+
+
+def test_a_class_folder_linked_to_a_root_above_the_data_is_refused_at_once(tmp_path):
+    """A class folder that is a link to ``/`` (or to a folder holding the data) would walk
+    the whole file system; it is refused, naming it, before anything is read."""
+    _save(tmp_path / "r" / "dogs" / "3.png")
+    (tmp_path / "r" / "everything").symlink_to("/", target_is_directory=True)
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"class folder .*everything.* leads to '/', which "
+                                         r"holds the data root"):
+        ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c")
+    assert time.perf_counter() - start < 5
+    (tmp_path / "r" / "everything").unlink()
+    (tmp_path / "r" / "parent").symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(ValueError, match="holds the data root"):
+        ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c")
+
+
+def test_links_from_inside_a_class_folder_to_outside_it_are_not_followed(tmp_path):
+    _save(tmp_path / "r" / "cats" / "1.png")
+    _save(tmp_path / "r" / "dogs" / "2.png")
+    _save(tmp_path / "outside" / "x.png")
+    (tmp_path / "r" / "cats" / "away").symlink_to(tmp_path / "outside", target_is_directory=True)
+    with pytest.warns(UserWarning, match="skipped 1 non-image file"):
+        ds = ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c")
+    assert ds.counts() == {"cats": 1, "dogs": 1}
+    assert ds.skipped == ((str(tmp_path / "r" / "cats" / "away"),
+                           "a link to a folder outside its class folder, not followed"),)
 
 
 @pytest.mark.parametrize("image_size", [(0, 8), (8,), (8, 8, 3), "big", (8.0, 8), -4, (True, 8)])

@@ -6,21 +6,16 @@ redrawn anywhere (``draw(json_path, png_path)``).
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import statistics
 
+from jaxflowers.host.files import write_json_atomic
 from jaxflowers.plots import speedup, speedup_table
 
 
 def save(report: dict, path) -> pathlib.Path:
-    """Write ``report`` as JSON (atomically: a half-written file is never left behind)."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    """Write ``report`` as JSON, atomically."""
+    return write_json_atomic(path, report)
 
 
 def draw(json_path, png_path) -> pathlib.Path:

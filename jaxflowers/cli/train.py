@@ -45,6 +45,10 @@ def add_parser(commands, common) -> None:
     train.add_argument("--image-size", type=image_size, default=None, metavar="N|HxW",
                        help="pixels every image is resized to (default: the network's: 32 for "
                             "cifar_net, 224 for the ResNets)")
+    train.add_argument("--verify-cache", action="store_true",
+                       help="read every image file to check that the resize cache still "
+                            "matches it, for folders whose files may change without a new "
+                            "size, mtime, inode or ctime (default: trust that metadata)")
     train.add_argument("--validation-split", type=number(0, 1), default=None,
                        metavar="FRACTION",
                        help="share of each class held out to test and validate on when the "
@@ -226,7 +230,8 @@ def _load_sets(args, recipe, model_name: str):
                          "folder of class folders or a URL")
     size = args.image_size or recipes.IMAGE_SIZE[model_name]
     fraction = 1.0 - args.validation_split if args.validation_split else recipe.train_fraction
-    plan = recipes.data_plan(data, image_size=size, train_fraction=fraction, seed=args.seed)
+    plan = recipes.data_plan(data, image_size=size, train_fraction=fraction, seed=args.seed,
+                             fingerprint="content" if args.verify_cache else "stat")
     train, _, test = recipes.load_plan(plan)
     return train, test, (f"Data: {recipes.describe_plan(plan)}: training on {len(train)}, "
                          f"testing on {len(test)} images of {tuple(size)[0]}x{tuple(size)[1]}")

@@ -4,16 +4,17 @@ The MATLAB workflow pre-resizes a datastore with ``transform`` + ``writeall``; h
 automatic. :func:`open_or_build` returns the cache for a list of files, building it the
 first time and reusing it afterwards, across runs and processes.
 
-* **Key.** A sha256 of the file list (paths or URLs, with each file's size and mtime or
-  ETag), the target size and the resize method. Any change to a file, the list or the size
-  gives a new cache; nothing is ever served stale.
+* **Key.** A digest of the file list (paths or URLs, each with its fingerprint: size,
+  mtime, inode and ctime, or the ETag), the target size and the resize method. Any change
+  to a file, the list or the size gives a new cache, and the folder's older caches are
+  removed once the new one is complete.
 * **Process-safe, atomic.** The build holds ``fcntl.flock`` on ``<stem>.lock``; the array
   is written to a temporary file in the same folder and moved into place with
   ``os.replace``, so two processes building at once end with one valid cache and a reader
   never sees half a file.
-* **Integrity.** A sidecar ``<stem>.json`` holds the key, shape, dtype and the sha256 of the
-  whole ``.npy`` file. A cache whose bytes no longer match is rebuilt with a warning, never
-  used.
+* **Integrity.** A sidecar ``<stem>.json`` holds the key, shape, dtype and an xxh3-128
+  digest of the whole ``.npy`` file (several GB/s, so every process may check it). A cache
+  whose bytes no longer match is rebuilt with a warning, never used.
 * **Fast.** Images are read, decoded and written straight into the file with ``os.pwrite``,
   so memory stays flat however large the set. Many local files on a machine with more than
   two cores are decoded in worker processes (:mod:`jaxflowers.data.decode`): decoding and
@@ -42,10 +43,10 @@ import numpy as np
 
 from jaxflowers.data import decode
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
-from jaxflowers.host.files import sha256_file, unwritable, write_json_atomic
+from jaxflowers.host.files import unwritable, write_json_atomic
 
 RESIZE_METHOD = "pil-lanczos"  # recorded in the key and the sidecar; change it if decoding changes
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: xxh3 digests, the folder's origin in the sidecar
 ON_ERROR = ("raise", "skip")
 
 
@@ -86,17 +87,28 @@ def default_cache_dir() -> str:
 
 def cache_key(files: Sequence[str], fingerprints: Sequence[str],
               image_size: tuple[int, int]) -> str:
-    """Hex sha256 naming the cache of ``files`` (with their size/mtime/ETag) at ``image_size``."""
+    """Hex digest naming the cache of ``files`` (with their fingerprints) at ``image_size``."""
     blob = json.dumps({"format": FORMAT_VERSION, "method": RESIZE_METHOD,
                        "size": list(image_size), "files": list(zip(files, fingerprints))})
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def file_digest(path: str) -> str:
+    """Hex xxh3-128 of a file's bytes, read in chunks."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
                   read: Callable[[str], bytes], *, image_size: tuple[int, int],
                   cache_dir: str | os.PathLike | None = None, name: str = "images",
                   workers: int | None = None, on_error: str = "raise",
-                  processes: bool | None = False) -> ResizeCache:
+                  processes: bool | None = False, origin: str | None = None) -> ResizeCache:
     """The resize cache of ``files``: opened if a valid one exists, else built (once).
 
     Args:
@@ -114,6 +126,8 @@ def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
         themselves (not through ``read``), or in threads (False). None (for local files
         only) decides: processes for at least ``decode.PROCESS_MIN_FILES`` files on at
         least ``decode.PROCESS_MIN_CPUS`` CPUs.
+      origin: the folder or URL the files come from; once a new cache of it is built, its
+        older caches (other keys, same size) are removed.
 
     Returns:
       A :class:`ResizeCache` whose ``images`` is uint8 (N, height, width, 3).
@@ -122,7 +136,7 @@ def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
     key = cache_key(files, fingerprints, image_size)
     base = f"{_slug(name)}-{image_size[0]}x{image_size[1]}-{key[:16]}"
     stem, shape = os.path.join(cache_dir, base), (len(files), *image_size, 3)
-    how = _Decoding(read, workers, on_error, processes)
+    how = _Decoding(read, workers, on_error, processes, origin)
     cache, _ = _open_valid(stem, key, shape)  # a read-only folder may hold a valid cache
     if cache is None:
         problem = unwritable(cache_dir)
@@ -169,6 +183,7 @@ class _Decoding(NamedTuple):
     workers: int | None  # threads or processes; None: the default of the kind
     on_error: str
     processes: bool | None  # None: decided by decode.use_processes
+    origin: str | None  # recorded in the sidecar: whose caches a new one replaces
 
 
 def _slug(name: str) -> str:
@@ -208,8 +223,8 @@ def _open_valid(stem: str, key: str, shape: tuple[int, ...]) -> tuple[ResizeCach
     if (info.get("format"), info.get("key"), tuple(info.get("shape", ()))) != (
             FORMAT_VERSION, key, shape) or images.shape != shape or images.dtype != np.uint8:
         return None, f"header or shape {images.shape} {images.dtype} does not match {shape}"
-    if sha256_file(npy) != info.get("sha256"):
-        return None, "sha256 of the file does not match its sidecar; the file changed on disk"
+    if file_digest(npy) != info.get("xxh3"):
+        return None, "the file's digest does not match its sidecar; the file changed on disk"
     return ResizeCache(npy, images, {int(k): v for k, v in info.get("failed", {}).items()}), ""
 
 
@@ -223,14 +238,37 @@ def _build(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
         offset = _allocate(tmp, shape)
         failed = _decode_into(tmp, offset, files, shape, how)
         info = {"format": FORMAT_VERSION, "key": key, "shape": list(shape), "dtype": "uint8",
-                "method": RESIZE_METHOD, "sha256": sha256_file(tmp), "files": len(files),
-                "failed": {str(k): v for k, v in sorted(failed.items())}}
+                "method": RESIZE_METHOD, "xxh3": file_digest(tmp), "files": len(files),
+                "origin": how.origin, "failed": {str(k): v for k, v in sorted(failed.items())}}
         os.replace(tmp, stem + ".npy")
         write_json_atomic(stem + ".json", info)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+    _remove_older(stem, how.origin, shape)
     return ResizeCache(stem + ".npy", np.load(stem + ".npy", mmap_mode="r"), failed)
+
+
+def _remove_older(stem: str, origin: str | None, shape: tuple[int, ...]) -> None:
+    """Remove the other caches of ``origin`` at this image size (earlier versions of the
+    folder), now that ``stem`` holds a complete one. A process still reading one keeps its
+    memory map: POSIX frees the pages when it is done."""
+    if origin is None:
+        return
+    prefix = stem[:stem.rindex("-") + 1]  # <name>-<H>x<W>-
+    for sidecar in glob.glob(glob.escape(prefix) + "*.json"):
+        other = sidecar[:-len(".json")]
+        if other == stem:
+            continue
+        try:
+            with open(sidecar, encoding="utf-8") as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if info.get("origin") == origin and tuple(info.get("shape", ()))[1:] == shape[1:]:
+            for path in (other + ".npy", sidecar):
+                with contextlib.suppress(OSError):
+                    os.remove(path)
 
 
 def _allocate(path: str, shape: tuple[int, ...]) -> int:

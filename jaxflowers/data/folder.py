@@ -41,6 +41,7 @@ from jaxflowers.data import cache as cache_lib
 from jaxflowers.data import remote
 from jaxflowers.data.imageset import ImageSet, count_each_label, split_each_label
 
+FINGERPRINTS = ("stat", "content")
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".dib", ".gif",
                               ".webp", ".tif", ".tiff"})
 
@@ -61,6 +62,10 @@ class ImageFolder:
       workers: threads that list and decode, or processes that decode a large local folder;
         default ``min(32, cpu_count + 4)`` threads, one process per CPU (at most 32).
       storage_options: keyword arguments for the fsspec file system of a URL root.
+      fingerprint: how the cache notices a changed file: "stat" (size, mtime, inode and
+        ctime; a replaced file has a new inode or ctime) or "content" (a digest of every
+        file's bytes, read at every construction: for files whose metadata cannot be
+        trusted). URLs use the server's ETag or size and mtime.
 
     Attributes:
       files: tuple of str, the path or URL of each image (MATLAB ``Files``).
@@ -73,10 +78,13 @@ class ImageFolder:
     def __init__(self, root: str | os.PathLike, image_size: int | Sequence[int] = (224, 224),
                  include_subfolders: bool = True, on_error: str = "raise",
                  cache_dir: str | os.PathLike | None = None, workers: int | None = None, *,
-                 storage_options: dict | None = None):
+                 storage_options: dict | None = None, fingerprint: str = "stat"):
         image_size = _check_image_size(image_size)
         _check_options(on_error, workers, include_subfolders, storage_options, root)
-        source = _open_source(root, storage_options)
+        if fingerprint not in FINGERPRINTS:
+            raise ValueError(f"ImageFolder(fingerprint={fingerprint!r}): use one of "
+                             f"{', '.join(FINGERPRINTS)}")
+        source = _open_source(root, storage_options, fingerprint)
         scan = _scan(source, include_subfolders, on_error, workers)
         self._init_view(_Source(source, scan, image_size, cache_dir, workers, on_error), None)
 
@@ -213,19 +221,20 @@ def _check_options(on_error, workers, include_subfolders, storage_options, root)
         raise ValueError(f"storage_options apply to URL roots only; {root!r} is a local path")
 
 
-def _open_source(root, storage_options):
+def _open_source(root, storage_options, fingerprint: str = "stat"):
     """A lister/reader for ``root``: local folder or fsspec URL."""
     if remote.is_url(root):
         return remote.RemoteFolder(root, storage_options)
     path = os.fspath(root)
-    return _LocalFolder(path[len("file://"):] if path.startswith("file://") else path)
+    return _LocalFolder(path[len("file://"):] if path.startswith("file://") else path,
+                        fingerprint)
 
 
 class _LocalFolder:
     """A local folder with the interface of :class:`remote.RemoteFolder`."""
 
-    def __init__(self, root: str):
-        self.root = os.path.abspath(root)
+    def __init__(self, root: str, fingerprint: str = "stat"):
+        self.root, self.fingerprint = os.path.abspath(root), fingerprint
         if not os.path.exists(self.root):
             raise FileNotFoundError(f"ImageFolder: root {root!r} does not exist")
         if not os.path.isdir(self.root):
@@ -242,7 +251,18 @@ class _LocalFolder:
         return dirs, [e.path for e in entries if not e.is_dir()]
 
     def files(self, folder: str, recursive: bool) -> list[tuple[str, int | None, str, str]]:
-        """[(path, size, fingerprint, problem)] of the files under ``folder``, sorted."""
+        """[(path, size, fingerprint, problem)] of the files under ``folder``, sorted.
+
+        A class folder may be a link to a folder elsewhere, but not to one holding the data
+        root (``/``, a parent: the walk would never end). Below it, links to folders are
+        followed only when they stay inside it, each folder once (no loops).
+        """
+        base = os.path.realpath(folder)
+        root = os.path.realpath(self.root)
+        if root == base or root.startswith(base.rstrip(os.sep) + os.sep):
+            raise ValueError(f"ImageFolder: class folder {folder!r} leads to {base!r}, which "
+                             f"holds the data root {self.root!r}; a class folder must hold "
+                             "only its own images")
         seen, stack, out = set(), [folder], []
         while stack:
             current = stack.pop()
@@ -254,25 +274,42 @@ class _LocalFolder:
                 for entry in entries:
                     if entry.name.startswith("."):
                         continue
-                    if entry.is_dir():
-                        if recursive:
-                            stack.append(entry.path)
-                    else:
-                        out.append(_stat_file(entry.path))
+                    if not entry.is_dir():
+                        out.append(_stat_file(entry.path, self.fingerprint))
+                    elif recursive and entry.is_symlink() and not _inside(
+                            os.path.realpath(entry.path), base):
+                        out.append((entry.path, None, "", "a link to a folder outside its "
+                                    "class folder, not followed"))
+                    elif recursive:
+                        stack.append(entry.path)
         return sorted(out)
 
     def read(self, path: str) -> bytes:
         return _read_file(path)
 
 
-def _stat_file(path: str) -> tuple[str, int | None, str, str]:
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _stat_file(path: str, fingerprint: str = "stat") -> tuple[str, int | None, str, str]:
+    """(path, size, fingerprint, problem). The "stat" fingerprint is the size, mtime, inode
+    and ctime: a file replaced by another of the same size and mtime (``cp -p``, tar,
+    ``rsync -a`` keep the mtime) has a new inode or ctime. "content" is a digest of the
+    bytes, read every time, for files whose metadata cannot be trusted."""
     try:
         st = os.stat(path)
     except OSError as exc:  # e.g. a dangling symlink
         return path, None, "", f"{type(exc).__name__}: {exc}"
     if not stat.S_ISREG(st.st_mode):
         return path, None, "", "not a regular file"
-    return path, st.st_size, f"{st.st_size}:{st.st_mtime_ns}", ""
+    if fingerprint == "content":
+        import xxhash
+        try:
+            return path, st.st_size, xxhash.xxh3_128_hexdigest(_read_file(path)), ""
+        except OSError as exc:
+            return path, None, "", f"{type(exc).__name__}: {exc}"
+    return path, st.st_size, f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}", ""
 
 
 def _read_file(path: str) -> bytes:
@@ -325,7 +362,7 @@ def _sort_listing(listing, skipped: list, bad: list) -> list[tuple[str, str]]:
     found = []
     for path, size, fingerprint, problem in listing:
         if not _is_image(path):
-            skipped.append((path, "not an image file (by extension)"))
+            skipped.append((path, problem or "not an image file (by extension)"))
         elif problem or size == 0:
             bad.append((path, problem or "file is empty (0 bytes)"))
         else:
@@ -364,6 +401,7 @@ class _Source:
             if self._cache is None:
                 cache = cache_lib.open_or_build(
                     self.scan.files, self.scan.fingerprints, self.source.read,
+                    origin=self.root,
                     image_size=self.image_size, cache_dir=self.cache_dir, name=self.source.name,
                     workers=self.workers, on_error=self.on_error,
                     processes=None if isinstance(self.source, _LocalFolder) else False)

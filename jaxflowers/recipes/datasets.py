@@ -14,6 +14,7 @@ each with ``"seed"`` (the split's) and ``"image_size"``. Nothing here imports JA
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Mapping
 
@@ -24,7 +25,8 @@ class DataUnavailableError(RuntimeError):
     """The data cannot be loaded here (CIFAR-10 not prepared for TFDS, a missing folder)."""
 
 
-def load_data(spec, *, image_size=None, cache_dir: str | os.PathLike | None = None):
+def load_data(spec, *, image_size=None, cache_dir: str | os.PathLike | None = None,
+              fingerprint: str = "stat"):
     """One image set from a spec (see the module).
 
     Args:
@@ -32,6 +34,8 @@ def load_data(spec, *, image_size=None, cache_dir: str | os.PathLike | None = No
       image_size: (height, width) the images are resized to; None: a folder's 224 x 224,
         the digits' 32 x 32, a TFDS set's own size.
       cache_dir: where a folder's resize cache goes (default: the jaxflowers cache).
+      fingerprint: how a folder's cache notices changed files (``ImageFolder``): "stat",
+        or "content" (every file's bytes, read each time).
 
     Returns:
       An image set (uint8 ``images`` (N, H, W, 3), ``labels``, ``class_names``).
@@ -43,7 +47,8 @@ def load_data(spec, *, image_size=None, cache_dir: str | os.PathLike | None = No
         return spec
     if isinstance(spec, Mapping) and "folder" in spec:
         size = tuple(spec.get("image_size") or size or (224, 224))
-        return ImageFolder(spec["folder"], image_size=size, cache_dir=cache_dir)
+        return ImageFolder(spec["folder"], image_size=size, cache_dir=cache_dir,
+                           fingerprint=fingerprint)
     if not isinstance(spec, (str, os.PathLike)) or not str(spec):
         raise ValueError(f"data {spec!r}: use 'digits', 'flowers', 'cifar10', "
                          "'tfds:NAME[:SPLIT]', a folder or URL of class folders, "
@@ -55,13 +60,14 @@ def load_data(spec, *, image_size=None, cache_dir: str | os.PathLike | None = No
         from jaxflowers.data import download_flowers
         root = os.environ.get("JAXFLOWERS_DATA", os.path.expanduser("~/.cache/jaxflowers/data"))
         return ImageFolder(download_flowers(root), image_size=size or (224, 224),
-                           cache_dir=cache_dir)
+                           cache_dir=cache_dir, fingerprint=fingerprint)
     name, _, split = spec.removeprefix("tfds:").partition(":")
     if spec.startswith("tfds:") or name == "cifar10":
         from jaxflowers.data import tfds_source
         return tfds_source(name, split or "train", image_size=size)
     if "://" in spec or os.sep in spec or os.path.exists(spec):  # a missing folder: its error
-        return ImageFolder(spec, image_size=size or (224, 224), cache_dir=cache_dir)
+        return ImageFolder(spec, image_size=size or (224, 224), cache_dir=cache_dir,
+                           fingerprint=fingerprint)
     raise DataUnavailableError(f"data {spec!r} is neither a known set ({', '.join(DATASETS)}, "
                                "tfds:NAME) nor an existing folder")
 
@@ -71,7 +77,8 @@ def is_plan(data) -> bool:
 
 
 def data_plan(data, *, image_size, train_fraction: float = 0.9,
-              validation_fraction: float | None = None, seed: int = 0) -> dict:
+              validation_fraction: float | None = None, seed: int = 0,
+              fingerprint: str = "stat") -> dict:
     """How a run gets its sets from ``data``, as a plan (see the module).
 
     Args:
@@ -81,6 +88,7 @@ def data_plan(data, *, image_size, train_fraction: float = 0.9,
       validation_fraction: each class's share held out of training for validation (of the
         whole set when one set is split, of the training set otherwise); None: none.
       seed: the seed of the splits.
+      fingerprint: how folders' caches notice changed files ("stat" or "content").
 
     Returns:
       ``{"train", "test", "validation"}`` for CIFAR-10 (its test split) and for a folder
@@ -88,6 +96,8 @@ def data_plan(data, *, image_size, train_fraction: float = 0.9,
       with "seed" and "image_size".
     """
     common = {"seed": int(seed), "image_size": [int(v) for v in image_size]}
+    if fingerprint != "stat":
+        common["fingerprint"] = fingerprint
     if is_plan(data):
         return {**common, **data}
     if data == "cifar10" or str(data).startswith("tfds:"):
@@ -111,17 +121,18 @@ def load_plan(plan) -> tuple[Any, Any, Any]:
     if not is_plan(plan):
         return load_data(plan), None, None
     size, seed = plan.get("image_size"), plan.get("seed", 0)
+    load = functools.partial(load_data, image_size=size,
+                             fingerprint=plan.get("fingerprint", "stat"))
     if "source" in plan:
-        parts = load_data(plan["source"], image_size=size).split_each_label(
-            *plan["fractions"], seed=seed)
+        parts = load(plan["source"]).split_each_label(*plan["fractions"], seed=seed)
         return (parts[0], parts[1], parts[2]) if len(parts) == 3 else (parts[0], None, parts[1])
-    train = load_data(plan["train"], image_size=size)
+    train = load(plan["train"])
     validation = plan.get("validation")
     if isinstance(validation, float):
         train, validation = train.split_each_label(1.0 - validation, seed=seed)
     elif validation is not None:
-        validation = load_data(validation, image_size=size)
-    test = load_data(plan["test"], image_size=size) if plan.get("test") is not None else None
+        validation = load(validation)
+    test = load(plan["test"]) if plan.get("test") is not None else None
     _check_same_classes(plan, train, test)
     return train, validation, test
 

@@ -7,12 +7,12 @@ only itself (a warning), never the sweep's results. Nothing here imports JAX.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import pathlib
 import sys
 import time
 from typing import Any, Mapping, Sequence, TextIO
+
+from jaxflowers.host.files import write_json_atomic
 
 _ROW = "{:>4} {:>6} {:>6} {:>10} {:>11} {:>11}"
 
@@ -121,12 +121,7 @@ def write_metrics(outcomes: Sequence[JobOutcome], out: pathlib.Path) -> dict[int
 
 def write_results(path: pathlib.Path, summary: Mapping) -> bool:
     """Write ``summary`` as JSON to ``path`` atomically (the whole file or the old one)."""
-    def write():
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(summary, indent=1) + "\n")
-        os.replace(tmp, path)
-
-    return _attempt(write, path)
+    return _attempt(lambda: write_json_atomic(path, summary), path)
 
 
 def summary(outcomes: Sequence[JobOutcome], *, best: int | None, test: Mapping | None,
