@@ -35,6 +35,8 @@ _READERS = {
 
 def _open_nvml():
     """(pynvml module, None) with NVML initialised, or (None, reason) where it can't be."""
+    if not gpus.has_nvidia_driver():
+        return None, "no NVIDIA GPU driver on this machine"
     try:
         import pynvml
     except ImportError:
@@ -46,24 +48,14 @@ def _open_nvml():
     return pynvml, None
 
 
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _physical(nv) -> list[tuple[str, str]]:
-    """(NVML index, UUID) of every GPU, as ``gpus.visible_gpus`` takes them."""
-    return [(str(i), _text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))))
-            for i in range(nv.nvmlDeviceGetCount())]
-
-
 def _visible_indices(physical: list[tuple[str, str]]) -> list[int]:
     """NVML indices of the GPUs CUDA shows, in CUDA's order, from ``CUDA_VISIBLE_DEVICES``."""
-    return [i for _, i in gpus.visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), physical)]
+    return [i for _, i in gpus.cuda_order(os.environ.get("CUDA_VISIBLE_DEVICES"), physical)]
 
 
 def _select(nv, devices) -> list[int]:
     """NVML indices for ``devices`` (visible ordinals or UUIDs; None = all visible)."""
-    physical = _physical(nv)
+    physical = gpus.physical_gpus(nv)
     visible = _visible_indices(physical)
     if devices is None or not visible:  # no GPU at all: record nothing, don't raise
         return visible
@@ -130,7 +122,7 @@ class GPUMonitor:
         if nv is None:
             return False
         try:
-            return len(_visible_indices(_physical(nv))) > 0
+            return len(_visible_indices(gpus.physical_gpus(nv))) > 0
         except Exception:
             return False
         finally:
@@ -160,7 +152,7 @@ class GPUMonitor:
             return self
         self._nv = nv
         self._handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in self.devices]
-        self.names = [_text(nv.nvmlDeviceGetName(h)) for h in self._handles]
+        self.names = [gpus.text(nv.nvmlDeviceGetName(h)) for h in self._handles]
         self._t0 = self._t0 or time.time()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="GPUMonitor", daemon=True)

@@ -14,7 +14,7 @@ PHYSICAL = [("0", "GPU-aaaa-1111"), ("1", "GPU-bbbb-2222"), ("2", "GPU-bbbb-3333
     ("GPU-bbbb,0", []),  # an ambiguous UUID prefix names no GPU, and hides what follows
     ("MIG-4f1a,0", []), ("0,nonsense,1", [("0", 0)])])
 def test_visible_gpus_follow_cuda_visible_devices(mask, expected):
-    assert gpus.visible_gpus(mask, PHYSICAL) == expected
+    assert gpus.cuda_order(mask, PHYSICAL) == expected
     environ = {} if mask is None else {"CUDA_VISIBLE_DEVICES": mask}
     assert devices.visible_gpus(environ, PHYSICAL) == [token for token, _ in expected]
 

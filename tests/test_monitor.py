@@ -1,4 +1,5 @@
 """GPUMonitor: device selection, sampling and summaries against a fake NVML; no-GPU path."""
+import os
 import sys
 import time
 import types
@@ -6,6 +7,7 @@ import types
 import numpy as np
 import pytest
 
+from jaxflowers.host import gpus
 from jaxflowers.monitor import GPUMonitor
 
 UUIDS = ["GPU-aaaa1111", "GPU-bbbb2222", "GPU-cccc3333", "GPU-dddd4444"]
@@ -61,6 +63,7 @@ def fake_nvml(num_gpus=4, util=None, power_supported=True):
 @pytest.fixture
 def nvml(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(gpus, "has_nvidia_driver", lambda: True)
 
     def install(**kwargs):
         nv = fake_nvml(**kwargs)
@@ -70,6 +73,7 @@ def nvml(monkeypatch):
 
 
 def test_without_pynvml_records_nothing_and_says_so(monkeypatch, capsys):
+    monkeypatch.setattr(gpus, "has_nvidia_driver", lambda: True)
     monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` fail
     assert GPUMonitor.available() is False
     with GPUMonitor(interval=0.01) as mon:
@@ -92,9 +96,20 @@ def test_nvml_without_gpus_records_nothing(nvml, capsys):
     assert nv.inits == nv.shutdowns == 2
 
 
-def test_real_pynvml_import_path_never_raises():
+def test_without_a_driver_it_says_so_without_advice_to_install_anything(monkeypatch, capsys):
+    monkeypatch.setattr(gpus, "has_nvidia_driver", lambda: False)
+    assert GPUMonitor.available() is False
+    GPUMonitor().start().stop()
+    assert capsys.readouterr().err == ("GPUMonitor: no NVIDIA GPU driver on this machine; "
+                                       "recording nothing.\n")
+
+
+def test_the_real_nvml_agrees_with_the_gpu_listing():
+    """On this machine, whatever it has: available() is True exactly when the one GPU
+    listing (NVML or nvidia-smi) finds a visible GPU."""
     pytest.importorskip("pynvml")
-    assert GPUMonitor.available() in (True, False)
+    visible = gpus.cuda_order(os.environ.get("CUDA_VISIBLE_DEVICES"), gpus.physical_gpus())
+    assert GPUMonitor.available() is bool(visible)
 
 
 @pytest.mark.parametrize("env, devices, expected", [

@@ -39,14 +39,14 @@ import numpy as np
 
 from jaxflowers.data import cache as cache_lib
 from jaxflowers.data import remote
-from jaxflowers.data.imageset import ImageSet, count_each_label, split_each_label
+from jaxflowers.data.imageset import ImageSet, Labelled
 
 FINGERPRINTS = ("stat", "content")
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".dib", ".gif",
                               ".webp", ".tif", ".tiff"})
 
 
-class ImageFolder:
+class ImageFolder(Labelled):
     """Images in class folders, resized once and memory-mapped; MATLAB's ``imageDatastore``.
 
     Args:
@@ -154,10 +154,6 @@ class ImageFolder:
                 self._images = self._source.cache().take(self._index)
             return self._images
 
-    def counts(self) -> dict[str, int]:
-        """Images per class, zeros included; MATLAB's ``countEachLabel``."""
-        return count_each_label(self.labels, self.class_names)
-
     def subset(self, indices: Sequence[int] | np.ndarray) -> "ImageFolder":
         """The images at ``indices`` (ints in ``[0, len)``, in that order); MATLAB ``subset``.
 
@@ -172,23 +168,6 @@ class ImageFolder:
                              f"[{indices.min()}, {indices.max()}]")
         rows = self._index[indices.astype(np.int64)]
         return ImageFolder.__new__(ImageFolder)._init_view(self._source, rows)
-
-    def split_each_label(self, *fractions: float | int, seed: int = 0
-                         ) -> tuple["ImageFolder", ...]:
-        """Stratified random split; MATLAB's ``splitEachLabel(imds, p, "randomized")``.
-
-        Args:
-          *fractions: one or two numbers, each a fraction in (0, 1) of every class or an
-            integer count per class; the remainder is the last part (two numbers give a
-            three-way split).
-          seed: the split is a deterministic function of ``seed``.
-
-        Returns:
-          ``len(fractions) + 1`` ImageFolders sharing this one's cache. Raises ValueError
-          naming the class if a part would get no image of it.
-        """
-        parts = split_each_label(self.labels, fractions, seed=seed, class_names=self.class_names)
-        return tuple(self.subset(p) for p in parts)
 
     def load(self) -> ImageSet:
         """An :class:`ImageSet` of these images (decoded now if needed); MATLAB ``readall``."""

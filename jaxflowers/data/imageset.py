@@ -13,8 +13,33 @@ from typing import Sequence
 import numpy as np
 
 
+class Labelled:
+    """What every labelled set offers on top of ``labels``, ``class_names`` and
+    ``subset(indices)``: MATLAB's ``countEachLabel`` and ``splitEachLabel``."""
+
+    def counts(self) -> dict[str, int]:
+        """Images per class, zeros included; MATLAB's ``countEachLabel``."""
+        return count_each_label(self.labels, self.class_names)
+
+    def split_each_label(self, *fractions: float | int, seed: int = 0) -> tuple:
+        """Stratified random split; MATLAB's ``splitEachLabel(imds, p, "randomized")``.
+
+        Args:
+          *fractions: one or two numbers, each a fraction in (0, 1) of every class or an
+            integer count per class; the remainder is the last part, so
+            ``split_each_label(0.9)`` gives two sets and ``(0.8, 0.1)`` three.
+          seed: the split is a deterministic function of ``seed``.
+
+        Returns:
+          ``len(fractions) + 1`` sets of this kind (a folder's share its cache). Raises
+          ValueError naming the class if a part would get no image of it.
+        """
+        parts = split_each_label(self.labels, fractions, seed=seed, class_names=self.class_names)
+        return tuple(self.subset(p) for p in parts)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
-class ImageSet:
+class ImageSet(Labelled):
     """Images with integer labels and class names, all in host memory.
 
     Attributes:
@@ -63,30 +88,10 @@ class ImageSet:
         """(H, W, C) of every image."""
         return tuple(self.images.shape[1:])
 
-    def counts(self) -> dict[str, int]:
-        """Number of images per class, like MATLAB's ``countEachLabel``."""
-        return count_each_label(self.labels, self.class_names)
-
     def subset(self, indices: Sequence[int] | np.ndarray) -> "ImageSet":
         """A new set holding the images at ``indices`` (in that order)."""
         indices = np.asarray(indices, dtype=np.int64)
         return ImageSet(np.asarray(self.images[indices]), self.labels[indices], self.class_names)
-
-    def split_each_label(self, *fractions: float | int, seed: int = 0) -> tuple["ImageSet", ...]:
-        """Stratified random split, like ``splitEachLabel(imds, p, "randomized")``.
-
-        Args:
-          *fractions: one or two numbers. Each is a fraction in (0, 1) of every label's
-            images, or an integer count of images per label. The remainder forms the last
-            part, so ``split_each_label(0.9)`` gives two sets and
-            ``split_each_label(0.8, 0.1)`` gives three.
-          seed: the split is a deterministic function of ``seed``.
-
-        Returns:
-          A tuple of ``len(fractions) + 1`` image sets.
-        """
-        parts = split_each_label(self.labels, fractions, seed=seed, class_names=self.class_names)
-        return tuple(self.subset(p) for p in parts)
 
 
 def count_each_label(labels: np.ndarray, class_names: Sequence[str]) -> dict[str, int]:

@@ -36,14 +36,18 @@ def decode_image(data: bytes, image_size: tuple[int, int]) -> np.ndarray:
     """
     if not data:
         raise ValueError("file is empty (0 bytes)")
-    height, width = image_size
     with Image.open(io.BytesIO(data)) as img:
         img.load()  # decode everything now: a truncated file must fail here, not pass as grey
         ImageOps.exif_transpose(img, in_place=True)
-        rgb = _to_rgb(img)
-        if rgb.size != (width, height):
-            rgb = rgb.resize((width, height), Image.Resampling.LANCZOS)
-        return np.asarray(rgb, dtype=np.uint8)
+        return np.asarray(resize(_to_rgb(img), image_size), dtype=np.uint8)
+
+
+def resize(img: Image.Image, image_size: tuple[int, int]) -> Image.Image:
+    """``img`` at (height, width) through PIL's antialiased Lanczos filter: the one resize
+    every data source uses (folders' caches, TFDS sets), so their images match."""
+    height, width = image_size
+    return img if img.size == (width, height) else img.resize((width, height),
+                                                               Image.Resampling.LANCZOS)
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:

@@ -23,6 +23,7 @@ import numpy as np
 from PIL import Image
 
 from jaxflowers.data.imageset import ImageSet
+from jaxflowers.data.imread import resize
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -124,21 +125,11 @@ def _load_all(stream: TfdsImages) -> ImageSet:
 
 
 def _resize(image: np.ndarray, image_size: tuple[int, int]) -> np.ndarray:
-    """Resize one image with PIL's Lanczos filter (antialiased, as in the ImageFolder cache).
-
-    Args:
-      image: uint8 array (H, W, C) with C in {1, 3, 4}, or (H, W).
-      image_size: (height, width) of the result.
-
-    Returns:
-      uint8 array (height, width, C), or (height, width) for a 2-D input.
-    """
-    height, width = image_size
-    if image.shape[:2] == (height, width):
+    """uint8 (H, W, C) (C in {1, 3, 4}) or (H, W) at ``image_size`` (``imread.resize``)."""
+    if image.shape[:2] == tuple(image_size):
         return image
     grey = image.ndim == 3 and image.shape[-1] == 1
-    pil = Image.fromarray(image[..., 0] if grey else image)
-    out = np.asarray(pil.resize((width, height), Image.Resampling.LANCZOS))
+    out = np.asarray(resize(Image.fromarray(image[..., 0] if grey else image), image_size))
     return out[..., None] if grey else out
 
 

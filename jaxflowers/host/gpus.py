@@ -1,12 +1,14 @@
-"""Which GPUs this process may use, read as CUDA reads ``CUDA_VISIBLE_DEVICES``, without JAX.
+"""Which GPUs this machine has and this process may use, without JAX.
 
-The one reading of that variable, for the sweep (which hands GPUs to its workers) and the
-GPU monitor (which watches them through NVML). A caller that started JAX's GPU backend
-to count GPUs would hold memory on every one, so the list of physical GPUs comes from
-``nvidia-smi -L`` here (or from NVML in the monitor).
+The one listing of the physical GPUs and the one reading of ``CUDA_VISIBLE_DEVICES``, for
+the sweep (which hands GPUs to its workers) and the GPU monitor (which watches them). A
+caller that started JAX's GPU backend to count GPUs would hold memory on every one, so the
+GPUs come from NVML (``nvidia-ml-py``, where installed) or ``nvidia-smi -L``, which number
+them alike (PCI bus order).
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -15,8 +17,38 @@ from typing import Sequence
 _GPU_LINE = re.compile(r"^GPU (\d+):.*\(UUID: (\S+)\)")
 
 
-def physical_gpus() -> list[tuple[str, str]]:
-    """(index, UUID) of every GPU ``nvidia-smi -L`` lists; [] without a driver or a GPU."""
+def physical_gpus(nvml=None) -> list[tuple[str, str]]:
+    """(index, UUID) of every GPU; [] without a driver or a GPU.
+
+    Args:
+      nvml: an initialised ``pynvml`` module to ask (the monitor's); None: NVML if it is
+        installed and starts, else ``nvidia-smi -L``.
+    """
+    if nvml is not None:
+        return [(str(i), text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i))))
+                for i in range(nvml.nvmlDeviceGetCount())]
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 (not installed, no driver: ask nvidia-smi)
+        return _nvidia_smi()
+    try:
+        return physical_gpus(pynvml)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def has_nvidia_driver() -> bool:
+    """Whether this machine has an NVIDIA driver at all (so a GPU could be watched)."""
+    return os.path.exists("/proc/driver/nvidia") or shutil.which("nvidia-smi") is not None
+
+
+def text(value) -> str:
+    """A name NVML gave as bytes or str, as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvidia_smi() -> list[tuple[str, str]]:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return []
@@ -34,7 +66,7 @@ def uuid_position(prefix: str, physical: Sequence[tuple[str, str]]) -> int | Non
     return found[0] if len(found) == 1 else None
 
 
-def visible_gpus(mask: str | None, physical: Sequence[tuple[str, str]]) -> list[tuple[str, int]]:
+def cuda_order(mask: str | None, physical: Sequence[tuple[str, str]]) -> list[tuple[str, int]]:
     """The GPUs CUDA shows for ``CUDA_VISIBLE_DEVICES=mask``, in CUDA's order.
 
     Args:

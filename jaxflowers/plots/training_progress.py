@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from jaxflowers.host.clock import hms
 from jaxflowers.plots.backend import BLUE, RED, LiveFigure, pyplot
 
 DEFAULT_PATH = "training_progress.png"  # outside Jupyter, in the working folder
@@ -124,11 +125,6 @@ def draw_panels(acc, loss, info, facts: RunFacts | None = None, *,
         acc.set_xlim(0.5, facts.total_iterations + 0.5)
 
 
-def _clock(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
 def _of(value, total) -> str:
     return f"{value}" if total is None else f"{value} of {total}"
 
@@ -145,9 +141,9 @@ def _time_lines(info, facts: RunFacts) -> list:
         start = datetime.datetime.fromtimestamp(facts.start)
         elapsed = (facts.end if facts.end is not None else time.time()) - facts.start
         lines += [("Start time", start.strftime("%Y-%m-%d %H:%M:%S")),
-                  ("Elapsed", _clock(elapsed))]
+                  ("Elapsed", hms(elapsed))]
     elif _field(info, "train_time").size:  # a finished info drawn on its own
-        lines.append(("Elapsed", _clock(float(_field(info, "train_time")[0]))))
+        lines.append(("Elapsed", hms(float(_field(info, "train_time")[0]))))
     return lines
 
 

@@ -31,12 +31,12 @@ def visible_gpus(environ: Mapping[str, str] | None = None,
       physical: (index, UUID) pairs (default: ``gpus.physical_gpus()``).
 
     Returns:
-      Tokens in CUDA order (see ``gpus.visible_gpus``): every physical index when
+      Tokens in CUDA order (see ``gpus.cuda_order``): every physical index when
       ``CUDA_VISIBLE_DEVICES`` is unset, else its entries up to the first naming no GPU.
     """
     environ = os.environ if environ is None else environ
     physical = gpus.physical_gpus() if physical is None else list(physical)
-    return [token for token, _ in gpus.visible_gpus(environ.get("CUDA_VISIBLE_DEVICES"),
+    return [token for token, _ in gpus.cuda_order(environ.get("CUDA_VISIBLE_DEVICES"),
                                                     physical)]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 import time
 
+from jaxflowers.host.clock import hms
 from jaxflowers.training.history import History
 
 _COLUMNS = ("Epoch", "Iteration", "Time Elapsed", "Mini-batch", "Validation", "Mini-batch",
@@ -70,9 +71,8 @@ class VerboseTable:
         row = self.history.row(iteration)
         validation = self.history.validation_at(iteration)
         v = validation or {}
-        elapsed = int(time.perf_counter() - self._t0)
         cells = (row["epoch"], iteration,
-                 f"{elapsed // 3600:02d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}",
+                 hms(time.perf_counter() - self._t0),
                  f"{row['accuracy']:.2f}%", f"{v['accuracy']:.2f}%" if v else "",
                  _number(row["loss"]), _number(v["loss"]) if v else "",
                  *(f"{v[m]:.4f}" if v else "" for m in self.history.metrics),
