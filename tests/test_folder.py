@@ -3,10 +3,10 @@ import functools
 import http.server
 import io
 import os
-import time
 import socket
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest

@@ -2,32 +2,22 @@
 
 Every process runs the same program; :func:`initialize` joins them before anything else
 touches JAX. Failures are said in one line each: a bad or missing setting names the
-flag or variable, a process that never joins or is lost is named (``roster.py``), and
-Gloo's connection chatter on the standard output of CPU runs is left out.
+flag or variable, and a process that never joins or is lost is named (``checkin.py``).
+On CPUs the processes talk through Gloo, which prints one "[Gloo] Rank ... is connected"
+line per device from C++; it has no switch to turn them off, so they are let through.
 """
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import sys
 from typing import Sequence
 
 from jaxflowers.distributed import checkin as roster
-from jaxflowers.host import gpus
-from jaxflowers.host import processes as launch
 
 # Environment variables `initialize` reads for a plain (non-Slurm/MPI/Kubernetes) launch.
 COORDINATOR_ENV = "JAXFLOWERS_COORDINATOR"  # HOST:PORT of process 0
 NUM_PROCESSES_ENV = "JAXFLOWERS_NUM_PROCESSES"
 PROCESS_ID_ENV = "JAXFLOWERS_PROCESS_ID"
-GLOO_OUTPUT_ENV = "JAXFLOWERS_GLOO_OUTPUT"  # "show" keeps Gloo's "[Gloo] Rank ..." lines
 DEFAULT_INIT_TIMEOUT = 120  # seconds every process waits for all the others to join
-# The pieces Gloo writes its "[Gloo] Rank 0 is connected to 3 peer ranks. Expected number of
-# connected peer ranks is : 3" from (the numbers come as pieces of their own).
-_GLOO_PIECE = re.compile(rb"\[Gloo\] Rank | is connected to | peer ranks\. "
-                         rb"|Expected number of connected peer ranks is : ")
-_quieted = False  # whether this process's C-level stdout already goes through the filter
 
 
 class DistributedError(RuntimeError):
@@ -77,7 +67,6 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
             watch = roster.check_in(address, count, index, initialization_timeout)
         except roster.JoinError as error:
             raise DistributedError(str(error)) from None
-    _quiet_gloo()
     # Cross-process collectives on CPU need an implementation; JAX < 0.5 had none by default.
     if getattr(jax.config, "jax_cpu_collectives_implementation", "gloo") is None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -148,54 +137,3 @@ def _check_not_started(jax) -> None:
         raise RuntimeError("jaxflowers.distributed.initialize must run before anything starts "
                            "JAX's backends (jax.devices(), creating an array, a computation, "
                            "jaxflowers.train); call it first thing in every process")
-
-
-def _quiet_gloo() -> None:
-    """Leave Gloo's "[Gloo] Rank i is connected to ..." lines out of this process's stdout.
-
-    Gloo (CPU collectives) writes them from C++, in pieces, one thread per local device, so
-    the pieces of several messages interleave, with no switch to turn them off. Where no GPU
-    is visible, Python's ``sys.stdout`` moves to a copy of the real descriptor, and
-    descriptor 1, which then carries only C/C++ writes, goes through a filter process
-    (``python -m jaxflowers.distributed``) that drops the lines made of Gloo's pieces. The
-    filter outlives this process, so nothing else written is lost however it ends.
-    ``$JAXFLOWERS_GLOO_OUTPUT=show`` keeps them.
-    """
-    global _quieted
-    if _quieted or os.environ.get(GLOO_OUTPUT_ENV) == "show" or gpus.physical_gpus():
-        return
-    sys.stdout.flush()
-    try:
-        real = os.dup(1)
-    except OSError:  # no standard output to filter
-        return
-    read_end, write_end = os.pipe()
-    try:
-        launch.start_module("jaxflowers.distributed.join", stdin=read_end, stdout=real,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    finally:
-        os.close(read_end)
-    sys.stdout = os.fdopen(real, "w", buffering=1, encoding=sys.stdout.encoding,
-                           errors=sys.stdout.errors)
-    os.dup2(write_end, 1)
-    os.close(write_end)
-    _quieted = True
-
-
-def _is_gloo(line: bytes) -> bool:
-    """Whether ``line`` holds nothing but Gloo's pieces (and their numbers)."""
-    rest, found = _GLOO_PIECE.subn(b"", line)
-    return found > 0 and not rest.strip(b" 0123456789\r\n")
-
-
-def _filter_gloo() -> None:
-    """Copy stdin to stdout line by line without Gloo's connection lines (the filter)."""
-    out = sys.stdout.buffer
-    for line in sys.stdin.buffer:
-        if not _is_gloo(line):
-            out.write(line)
-            out.flush()
-
-
-if __name__ == "__main__":
-    _filter_gloo()
