@@ -1,7 +1,7 @@
-"""download.py against a real HTTP server on 127.0.0.1 serving archives built here.
+"""Downloads (pooch) against a real HTTP server on 127.0.0.1 serving archives built here.
 
-The server counts requests, honours (or ignores) Range, and can cut a transfer in half
-after promising the full Content-Length, which is how a dropped connection looks.
+The server counts requests and can cut a transfer in half after promising the full
+Content-Length, which is how a dropped connection looks.
 """
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ class _Server:
         self.files: dict[str, bytes] = {}
         self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
         self.truncate = 0          # cut this many upcoming transfers in half
-        self.honour_range = True
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -50,16 +49,10 @@ class _Server:
         if body is None:
             handler.send_error(404)
             return
-        start = _range_start(handler.headers.get("Range")) if self.honour_range else 0
-        if start >= len(body) > 0:
-            handler.send_error(416)
-            return
-        handler.send_response(206 if start else 200)
-        if start:
-            handler.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        handler.send_header("Content-Length", str(len(body) - start))
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
-        payload = body[start:]
+        payload = body
         if self.truncate:  # promise everything, send half, then the connection closes
             self.truncate -= 1
             payload = payload[:len(payload) // 2]
@@ -68,12 +61,6 @@ class _Server:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-def _range_start(header: str | None) -> int:
-    if not header:
-        return 0
-    return int(header.removeprefix("bytes=").split("-")[0])
 
 
 @pytest.fixture
@@ -129,12 +116,13 @@ def _assert_flowers(root: pathlib.Path) -> None:
 
 def _leftovers(dest: pathlib.Path) -> list[str]:
     """Temporary or partial files that a finished call must not leave behind."""
-    return [p.name for p in dest.iterdir() if "extracting" in p.name or p.suffix == ".part"]
+    return [p.name for p in dest.iterdir() if "extracting" in p.name or p.name.startswith("tmp")]
 
 
-def test_pinned_flowers_hash_is_a_sha256():
+def test_pinned_flowers_hash_is_a_sha256_and_the_url_https():
     assert len(dl.FLOWERS_SHA256) == 64 and int(dl.FLOWERS_SHA256, 16) >= 0
-    assert dl.FLOWERS_URL.endswith("/example_images/flower_photos.tgz")
+    assert dl.FLOWERS_URL == ("https://download.tensorflow.org/example_images/"
+                              "flower_photos.tgz")
 
 
 def test_good_archive_is_verified_extracted_and_second_call_is_offline(server, tmp_path):
@@ -149,44 +137,32 @@ def test_good_archive_is_verified_extracted_and_second_call_is_offline(server, t
     assert len(server.requests) == 1  # marker + folder present: no network at all
 
 
-def test_truncated_transfer_resumes_with_range(server, tmp_path, monkeypatch):
+def test_a_cut_transfer_is_fetched_again_and_verified(server, tmp_path, monkeypatch):
+    import pooch.core
+
     sleeps = []
-    monkeypatch.setattr(dl.time, "sleep", sleeps.append)
+    monkeypatch.setattr(pooch.core.time, "sleep", sleeps.append)
     url, sha = _serve_flowers(server)
     server.truncate = 1
     root = dl.download_flowers(tmp_path, url=url, sha256=sha, progress=True)
-    assert sleeps == [1.0]  # one retry after the default backoff
+    assert sleeps == [1]  # one retry
     _assert_flowers(root)
-    half = len(server.files["flower_photos.tgz"]) // 2
-    assert server.requests == [("/flower_photos.tgz", None),
-                               ("/flower_photos.tgz", f"bytes={half}-")]
+    assert server.requests == [("/flower_photos.tgz", None)] * 2
+    assert not _leftovers(tmp_path)
 
 
-def test_server_ignoring_range_restarts_from_zero(server, tmp_path):
-    url, sha = _serve_flowers(server)
-    server.truncate, server.honour_range = 1, False
-    dl.download_and_extract(url, tmp_path, sha256=sha, backoff=0, progress=False)
-    _assert_flowers(tmp_path / "flower_photos")
-    assert len(server.requests) == 2 and server.requests[1][1] is not None
+def test_retries_exhausted_raise_and_leave_nothing_behind(server, tmp_path, monkeypatch):
+    import pooch.core
 
-
-def test_retries_exhausted_raise_then_a_later_call_resumes(server, tmp_path, monkeypatch):
-    sleeps = []
-    monkeypatch.setattr(dl.time, "sleep", sleeps.append)
+    monkeypatch.setattr(pooch.core.time, "sleep", lambda seconds: None)
     url, sha = _serve_flowers(server)
     server.truncate = 100
-    with pytest.raises(dl.DownloadError, match="after 3 attempts") as err:
-        dl.download_and_extract(url, tmp_path, sha256=sha, retries=2, backoff=0.5,
-                                progress=False)
-    assert url in str(err.value)
-    assert sleeps == [0.5, 1.0]  # exponential backoff between the 3 attempts
-    assert len(server.requests) == 3
-    assert not (tmp_path / "flower_photos").exists()
-    part = tmp_path / "flower_photos.tgz.part"
-    assert 0 < part.stat().st_size < len(server.files["flower_photos.tgz"])
-    server.truncate, kept = 0, part.stat().st_size
+    with pytest.raises(dl.DownloadError, match=r"after 3 attempt\(s\)") as err:
+        dl.download_and_extract(url, tmp_path, sha256=sha, retries=2, progress=False)
+    assert url in str(err.value) and len(server.requests) == 3
+    assert list(tmp_path.iterdir()) == []  # no partial file, nothing extracted
+    server.truncate = 0
     dl.download_and_extract(url, tmp_path, sha256=sha, progress=False)
-    assert server.requests[-1][1] == f"bytes={kept}-"
     _assert_flowers(tmp_path / "flower_photos")
     assert not _leftovers(tmp_path)
 
@@ -204,7 +180,7 @@ def test_wrong_hash_raises_and_extracts_nothing(server, tmp_path):
 def test_http_404_fails_at_once_without_retrying(server, tmp_path):
     with pytest.raises(dl.DownloadError, match="404"):
         dl.download_and_extract(server.url("missing.tgz"), tmp_path, sha256="0" * 64,
-                                retries=3, backoff=0, progress=False)
+                                retries=3, progress=False)
     assert len(server.requests) == 1
 
 
