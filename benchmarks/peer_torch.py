@@ -183,7 +183,7 @@ def time_windows(step, cfg: Config, *, distributed: bool = False) -> dict:
 
 
 def record(cfg: Config, mode: str, world: int, timing: dict) -> dict:
-    """A bench record (the keys ``jaxflowers.plots.charts.speedup`` reads, and the raw numbers)."""
+    """A bench record (the keys ``jaxflowers.plots.speedup`` reads, and the raw numbers)."""
     strategy = {None: "torch-eager", "default": "torch-compile",
                 "max-autotune": "torch-compile-max-autotune"}[MODES[mode][0]]
     return {"framework": "torch", "model": cfg.model, "mode": mode, "strategy": strategy,

@@ -2,24 +2,19 @@
 
 MATLAB names map to these (README): ``trainingOptions`` -> ``TrainingOptions``, ``trainnet``
 -> ``train``, ``minibatchpredict`` -> ``predict``, ``scores2label`` -> ``scores_to_labels``.
-Names load on first use, so ``import jaxflowers`` imports no JAX.
+Names load on first use (``lazy_loader``), so ``import jaxflowers`` imports no JAX.
 """
-from jaxflowers.host.lazy import lazy_names
+import lazy_loader
 
-_EXPORTS = {
-    "TrainingOptions": "jaxflowers.options", "ExecutionOptions": "jaxflowers.options",
-    "scale_for_devices": "jaxflowers.options",
-    "train": "jaxflowers.training", "TrainingInfo": "jaxflowers.training",
-    "StopReason": "jaxflowers.training",
-    "TrainedNet": "jaxflowers.inference", "load": "jaxflowers.inference",
-    "predict": "jaxflowers.inference", "classify": "jaxflowers.inference",
-    "Labels": "jaxflowers.inference", "accuracy": "jaxflowers.inference",
-    "confusion_matrix": "jaxflowers.inference", "scores_to_labels": "jaxflowers.inference",
-    "enable_compilation_cache": "jaxflowers.compilation",
-}
-_SUBMODULES = ("bench", "data", "distributed", "models", "monitor", "plots", "recipes",
-               "schedules", "sweep")
-__all__ = sorted([*_EXPORTS, *_SUBMODULES])
 __version__ = "0.1.0"
-
-__getattr__, __dir__ = lazy_names(__name__, globals(), _EXPORTS, _SUBMODULES)
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submodules=["bench", "data", "distributed", "models", "monitor", "plots", "recipes",
+                "schedules", "sweep"],
+    submod_attrs={
+        "options": ["ExecutionOptions", "TrainingOptions", "scale_for_devices"],
+        "training": ["StopReason", "TrainingInfo", "train"],
+        "inference": ["Labels", "TrainedNet", "accuracy", "classify", "confusion_matrix",
+                      "load", "predict", "scores_to_labels"],
+        "compilation": ["enable_compilation_cache"],
+    })

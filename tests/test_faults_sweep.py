@@ -109,7 +109,7 @@ def test_a_diverged_job_is_failed_with_its_reason_and_never_the_best():
     assert [o.status for o in outcomes] == ["done", "failed"]
     assert outcomes[1].error == "training loss is NaN at iteration 3"
     table = results.ProgressTable((1, 2), open(os.devnull, "w"))
-    assert results.report(outcomes, table, open(os.devnull, "w")) == 0
+    assert results.print_outcomes(outcomes, table, open(os.devnull, "w")) == 0
     summary = results.summary(outcomes, best=0, test=None, metrics={})
     assert summary["jobs"][1]["status"] == "failed" and summary["best"]["depth"] == 1
     assert summary["jobs"][1]["stop_reason"] == "training loss is NaN at iteration 3"

@@ -176,7 +176,7 @@ def test_import_is_light_and_charts_never_open_windows():
     code = ("import sys, jaxflowers, jaxflowers.plots, jaxflowers.monitor\n"
             "heavy = [m for m in ('matplotlib.pyplot', 'pynvml', 'IPython') if m in sys.modules]\n"
             "assert not heavy, heavy\n"
-            "jaxflowers.plots.charts.confusion_chart([0, 1], [1, 1], ['a', 'b'])\n"
+            "jaxflowers.plots.confusion_chart([0, 1], [1, 1], ['a', 'b'])\n"
             "import matplotlib\n"
             "print(matplotlib.get_backend().lower())\n")
     root = pathlib.Path(__file__).resolve().parents[1]

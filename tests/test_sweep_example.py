@@ -218,10 +218,10 @@ def test_the_best_network_skips_failed_diverged_and_cancelled_jobs():
     outcomes = [results.JobOutcome(0, 1, None, "job 0 raised X"),
                 results.JobOutcome(1, 2, info), results.JobOutcome(2, 3, None, "cancelled"),
                 results.JobOutcome(3, 4, diverged, "training loss is NaN at iteration 7")]
-    assert results.report(outcomes, table, stream) == 1
+    assert results.print_outcomes(outcomes, table, stream) == 1
     assert "job 2 (depth 3): cancelled" in stream.getvalue()
     assert ("job 1 (depth 2): 71.50% (compile 1.2 s, training 5.0 s; first step at 4.0 s, "
             "done at 9.5 s)") in stream.getvalue()
     assert "job 3 (depth 4): training loss is NaN at iteration 7 (compile" in stream.getvalue()
     assert [o.status for o in outcomes] == ["failed", "done", "cancelled", "failed"]
-    assert results.report(outcomes[2:3], table, io.StringIO()) is None
+    assert results.print_outcomes(outcomes[2:3], table, io.StringIO()) is None

@@ -1,2 +1,2 @@
 """What jaxflowers needs of the host, without JAX: files written atomically, helper
-processes, the visible GPUs, signals, lazily loaded names."""
+processes, the visible GPUs, signals, durations."""

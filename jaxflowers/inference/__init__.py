@@ -1,14 +1,7 @@
 """Using a trained network: ``TrainedNet``, ``predict``/``classify`` over every device, labels
 and scores. ``labels`` and ``metrics`` import no JAX."""
-from jaxflowers.host.lazy import lazy_names
+import lazy_loader
 
-_EXPORTS = {
-    "TrainedNet": "jaxflowers.inference.net", "load": "jaxflowers.inference.net",
-    "predict": "jaxflowers.inference.predict", "classify": "jaxflowers.inference.predict",
-    "Labels": "jaxflowers.inference.labels", "accuracy": "jaxflowers.inference.labels",
-    "confusion_matrix": "jaxflowers.inference.labels",
-    "scores_to_labels": "jaxflowers.inference.labels",
-}
-__all__ = sorted(_EXPORTS)
-
-__getattr__, __dir__ = lazy_names(__name__, globals(), _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "net": ["TrainedNet", "load"], "predict": ["classify", "predict"],
+    "labels": ["Labels", "accuracy", "confusion_matrix", "scores_to_labels"]})

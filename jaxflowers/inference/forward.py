@@ -17,7 +17,7 @@ from jaxflowers.data.augment import normalize
 from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
 
 
-def _forward(variables, images, stats, *, model, dtype, batch: int):
+def _logits(variables, images, stats, *, model, dtype, batch: int):
     """Per-device logits (m, C) float32 for (m, H, W, C) uint8 images, ``batch`` at a time."""
     def one(x):
         return model.apply(variables, normalize(x, stats[0], stats[1], dtype), train=False)
@@ -32,7 +32,7 @@ def _forward_program(parallel: DataParallel, model, dtype, batch: int):
     """One jitted pass per configuration in a process, so a pass traced and compiled once
     (``train``'s validation) serves the next ``ForwardPass`` too (``predict`` after
     ``train``: no trace, no lowering, no compile)."""
-    forward = functools.partial(_forward, model=model, dtype=dtype, batch=batch)
+    forward = functools.partial(_logits, model=model, dtype=dtype, batch=batch)
     return parallel.wrap(forward, (REPLICATED, sharded(0), REPLICATED), sharded(0))
 
 

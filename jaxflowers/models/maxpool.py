@@ -30,7 +30,7 @@ def _max_pool(x, window, strides, padding):
                              (1, *strides, 1), ((0, 0), *padding, (0, 0)))
 
 
-def _forward(x, window, strides, padding):
+def _pool(x, window, strides, padding):
     y = _max_pool(x, window, strides, padding)
     return y, (x, y)
 
@@ -74,4 +74,4 @@ def _backward(window, strides, padding, residuals, dy):
     return (dx.astype(x.dtype),)
 
 
-_max_pool.defvjp(_forward, _backward)
+_max_pool.defvjp(_pool, _backward)

@@ -50,10 +50,10 @@ def batch_norm_train(x, scale, bias, epsilon: float, axis_name, relu: bool):
     ``mean`` and ``var`` (float32, (C,)) are the batch statistics for the running averages;
     no gradient flows back through them (they must not feed the loss).
     """
-    return _forward(x, scale, bias, epsilon, axis_name, relu)[0]
+    return _normalize(x, scale, bias, epsilon, axis_name, relu)[0]
 
 
-def _forward(x, scale, bias, epsilon, axis_name, relu):
+def _normalize(x, scale, bias, epsilon, axis_name, relu):
     mean, var = _stats(x, axis_name)
     rstd = lax.rsqrt(var + epsilon)
     y = _affine(x, mean, rstd * scale, bias, relu, x.dtype)
@@ -81,7 +81,7 @@ def _backward(epsilon, axis_name, relu, residuals, cotangents):
     return dx.astype(x.dtype), dscale, dbias
 
 
-batch_norm_train.defvjp(_forward, _backward)
+batch_norm_train.defvjp(_normalize, _backward)
 
 
 class BatchNorm(nn.Module):

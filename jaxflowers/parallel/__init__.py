@@ -2,13 +2,10 @@
 (``DataParallel``: ``shard_map`` or ``pmap`` over a 1-D ``"data"`` mesh)."""
 import warnings
 
-from jaxflowers.host.lazy import lazy_names
+import lazy_loader
 
-_EXPORTS = {name: "jaxflowers.parallel.data_parallel" for name in (
-    "AXIS", "REPLICATED", "DataParallel", "select_devices", "sharded")}
-__all__ = sorted(_EXPORTS)
-
-_getattr, __dir__ = lazy_names(__name__, globals(), _EXPORTS)
+_getattr, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "data_parallel": ["AXIS", "REPLICATED", "DataParallel", "select_devices", "sharded"]})
 
 
 def __getattr__(name):

@@ -3,7 +3,8 @@
 Static charts use pyplot (Agg outside Jupyter, so nothing opens a window unasked); the
 live views update in place in Jupyter.
 """
-from jaxflowers.plots.charts import ConfusionChart, confusion_chart, speedup, speedup_table
+from jaxflowers.plots.confusion import ConfusionChart, confusion_chart
+from jaxflowers.plots.speedup import speedup, speedup_table
 from jaxflowers.plots.sweep_grid import SweepProgressPlot, sweep_progress
 from jaxflowers.plots.training_progress import TrainingProgressPlot, training_progress
 

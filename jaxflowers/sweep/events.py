@@ -36,7 +36,7 @@ class EventDispatcher:
         """Queue one message of job ``job_index`` for the callbacks."""
         self._items.put(("message", (job_index, message)))
 
-    def finish(self, job, value: Any, error: BaseException | None, cancelled: bool) -> None:
+    def complete(self, job, value: Any, error: BaseException | None, cancelled: bool) -> None:
         """Complete ``job.future`` (after the messages queued before) with one outcome;
         a job the pool stopped ends cancelled (through ``JobFuture.cancel``)."""
         self._items.put(("finish", (job, value, error, cancelled)))

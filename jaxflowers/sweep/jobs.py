@@ -64,7 +64,7 @@ def train_job(*, data, model, options, execution=None, seed: int | None = None):
     return net, info
 
 
-def _forward(message: dict) -> bool:
+def _send_to_pool(message: dict) -> bool:
     """``output_fn`` of a sweep job: send every message to the pool, never stop early."""
     report(message)
     return False
@@ -114,7 +114,7 @@ def _fields(value, cls, what: str) -> dict:
 
 def _options(options, execution, seed: int | None, validation_set):
     options, execution = job_options(options, execution)
-    changes = {"output_fn": _forward, "plots": "none"}  # plots.sweep_progress(pool) draws
+    changes = {"output_fn": _send_to_pool, "plots": "none"}  # plots.sweep_progress(pool) draws
     if seed is not None:
         changes["seed"] = seed
     if validation_set is not None:

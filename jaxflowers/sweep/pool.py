@@ -255,7 +255,7 @@ class DevicePool:
         self._queue.remove(job)
         job.state, job.stop_reason = "done", "cancel"
         self._backend.discard(job.staged)
-        self._events.finish(job, None, None, cancelled=True)
+        self._events.complete(job, None, None, cancelled=True)
 
     def _time_out(self, job: Job) -> None:
         with self._lock:
@@ -280,7 +280,7 @@ class DevicePool:
             tail = error.log_tail if isinstance(error, JobError) else ""
             error = JobTimeoutError(job.index, f"timed out after {job.timeout} s and was killed",
                                     log_tail=tail)
-        self._events.finish(job, value, error, cancelled=reason in ("cancel", "shutdown"))
+        self._events.complete(job, value, error, cancelled=reason in ("cancel", "shutdown"))
         self._close_if_idle()
 
     # ------------------------------------------------------------------ ending
@@ -321,7 +321,7 @@ class DevicePool:
                 self._lock.release()
         self._backend.kill_all(running, grace)
         for job in running:  # at exit their backend threads may never run again
-            self._events.finish(job, None, None, cancelled=True)
+            self._events.complete(job, None, None, cancelled=True)
         with self._lock:
             if self._closed:
                 return

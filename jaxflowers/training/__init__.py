@@ -1,14 +1,11 @@
 """Training: ``train`` (MATLAB's ``trainnet``) and what it is made of.
 
 ``run`` puts the pieces together; ``program`` compiles what runs on the devices (``step``
-is the pure per-device step); ``loop`` drives it; ``checkpoint``, ``population``,
-``objective``/``output_network`` (early stopping, the returned network), ``progress``,
-``history``, ``table`` and ``tensorboard`` record and report.
+is the pure per-device step, ``layout`` its parameter layout); ``loop`` drives it and
+``stop`` says why it ended; ``checkpoint``, ``population``, ``early_stopping``,
+``progress``, ``history``, ``table`` and ``tensorboard`` keep and report what it did.
 """
-from jaxflowers.host.lazy import lazy_names
+import lazy_loader
 
-_EXPORTS = {"train": "jaxflowers.training.run", "TrainingInfo": "jaxflowers.training.info",
-            "StopReason": "jaxflowers.training.stop"}
-__all__ = sorted(_EXPORTS)
-
-__getattr__, __dir__ = lazy_names(__name__, globals(), _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "run": ["train"], "info": ["TrainingInfo"], "stop": ["StopReason"]})

@@ -165,7 +165,7 @@ class TrainingLoop:
             return  # diverged (the device has skipped since) or out of patience
         self._drain(point.blocks)
         if self._halted():
-            self.progress.report()
+            self.progress.show()
             return
         if point.validation is not None:
             t_val = time.perf_counter()
@@ -177,14 +177,14 @@ class TrainingLoop:
             if not math.isfinite(scores["loss"]):
                 self._stop(StopReason.VALIDATION_DIVERGED, divergence_words(
                     scores["loss"], point.done, validation=True))
-                self.progress.report()
+                self.progress.show()
                 return
             if self.early_stopping is not None and self.early_stopping.judge(
                     point.done, scores, point.variables):
                 self._stop(StopReason.PATIENCE)
         if point.snapshot is not None:
             self._save(point.done, point.snapshot)
-        self.progress.report()
+        self.progress.show()
 
     def _drain(self, blocks) -> None:
         """Fetch finished blocks' metrics (a host sync) and record their iterations, up to

@@ -152,7 +152,7 @@ def _weighted_moments(model, variables, images, stats, keys, augmentation, dtype
     return jax.tree.map(lambda m: m * images.shape[0], moments)
 
 
-def resident_pass(variables, images, order, stats, *, model, dtype, augmentation, seed: int,
+def resident_pass(variables, images, order, stats, seed, *, model, dtype, augmentation,
                   count: int) -> dict:
     """Per device: ``variables`` with population statistics from the resident training set.
 
@@ -161,8 +161,9 @@ def resident_pass(variables, images, order, stats, *, model, dtype, augmentation
       images: (N, H, W, C) uint8, the whole training set on this device.
       order: (batches, b) int32, this device's columns of each global mini-batch.
       stats: per-channel input (mean, std), float32 (C,) each.
+      seed: uint32 scalar, the run's seed (an argument: one program serves every seed).
       model: the module with batch norm pooled over the mesh axis.
-      augmentation, seed, count: the pass's augmentation, its seed and its image count.
+      augmentation, count: the pass's augmentation and its image count.
     """
     keys = jax.random.split(jax.random.PRNGKey(seed), count)
 
@@ -194,3 +195,76 @@ def with_population(variables: dict, total: dict, batches: int) -> dict:
     :func:`batch_moments` of ``batches`` equal-sized mini-batches."""
     statistics = moments_to_statistics(jax.tree.map(lambda t: t / batches, total))
     return {**variables, "batch_stats": statistics}
+
+
+# ---------------------------------------------------------------- the pass of a training run
+
+def compile_pass(program):
+    """The compiled population pass of a ``TrainProgram``'s feed: ``run(variables, *,
+    arrays, stats)`` returns placed variables with population statistics."""
+    import functools
+
+    from jaxflowers.data.feed import ResidentData
+    from jaxflowers.parallel.data_parallel import REPLICATED, sharded
+
+    parallel, options, feed = program.parallel, program.options, program.feed
+    kwargs = dict(model=program.population_model, dtype=program.dtype,
+                  augmentation=options.augmentation)
+    batches = feed.steps_per_epoch
+    order = np.arange(batches * options.mini_batch_size, dtype=np.int32).reshape(batches, -1)
+    if not isinstance(feed, ResidentData):
+        return _StreamedPopulation(program, kwargs, order)
+    fn = functools.partial(resident_pass, count=order.size, **kwargs)
+    wrapped = parallel.wrap(fn, (REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED),
+                            REPLICATED)
+    images = parallel.abstract(jax.ShapeDtypeStruct(feed.shape, np.uint8))
+    placed = parallel.abstract(jax.ShapeDtypeStruct(order.shape, np.int32), sharded(1))
+    seed = parallel.abstract(jax.ShapeDtypeStruct((), np.uint32))
+    compiled = wrapped.lower(program.variable_shapes(), images, placed, program.stats_shape,
+                             seed).compile()
+    return lambda variables, arrays, stats: compiled(
+        variables, arrays[0], parallel.put(order, sharded(1)), stats,
+        parallel.put(np.uint32(options.seed)))
+
+
+class _StreamedPopulation:
+    """The population pass over a streamed training set: one dispatch per host batch, each
+    image with the key ``resident_pass`` gives it."""
+
+    def __init__(self, program, kwargs: dict, order: np.ndarray):
+        import functools
+
+        from jaxflowers.parallel.data_parallel import REPLICATED, sharded
+
+        self.program, self.order = program, order
+        parallel = program.parallel
+
+        def add(total, variables, images, keys, stats):
+            moments = pass_moments(variables, images, stats, keys=keys, **kwargs)
+            return jax.tree.map(jnp.add, total, moments)
+
+        self._add = parallel.wrap(add, (REPLICATED, REPLICATED, sharded(0), sharded(0),
+                                        REPLICATED), REPLICATED, donate_argnums=(0,))
+        self._finish = parallel.wrap(functools.partial(with_population,
+                                                       batches=len(order)),
+                                     (REPLICATED, REPLICATED), REPLICATED)
+
+    def __call__(self, variables, arrays, stats):
+        del arrays  # the training iterator: the pass reads the set in its own order
+        from jaxflowers.data.stream import host_batches, process_columns
+        from jaxflowers.parallel.data_parallel import sharded
+
+        program, parallel, order = self.program, self.program.parallel, self.order
+        keys = np.asarray(jax.random.split(jax.random.PRNGKey(program.options.seed),
+                                           order.size))
+        if parallel.multiprocess:
+            order = process_columns(order, jax.process_index(), jax.process_count())
+        shapes = jax.eval_shape(functools.partial(batch_moments, program.model),
+                                program.variable_shapes_local(),
+                                jax.ShapeDtypeStruct((1, *program.input_shape), program.dtype))
+        total = parallel.put(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
+        for batch in host_batches(program.feed.data, order):
+            images, batch_keys = parallel.put_process_local(
+                (batch["images"], keys[batch["index"]]), sharded(0))
+            total = self._add(total, variables, images, batch_keys, stats)
+        return self._finish(variables, total)

@@ -18,12 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxflowers.data.feed import ResidentData, channel_stats, stats_from_moments
+from jaxflowers.data.feed import ResidentData
 from jaxflowers.inference.forward import ForwardPass
 from jaxflowers.options.execution import Resolved
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.parallel.data_parallel import AXIS, REPLICATED, DataParallel, sharded
-from jaxflowers.training import population
+from jaxflowers.training import feeding, population
 from jaxflowers.training.layout import Layout, flat_layout
 from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
 from jaxflowers.training.step import (
@@ -90,7 +90,7 @@ class TrainProgram:
         # Population statistics: with batch norm pooled over the global batch (population.py).
         self.recomputes_statistics = (options.batch_normalization_statistics == "population"
                                       and bool(jax.tree.leaves(variables.get("batch_stats"))))
-        self._population_model = _configure(model, self.dtype, AXIS)
+        self.population_model = _configure(model, self.dtype, AXIS)
 
     # ------------------------------------------------------------------ preparation
 
@@ -112,7 +112,7 @@ class TrainProgram:
         """
         with concurrent.futures.ThreadPoolExecutor(6, "jaxflowers-compile") as pool:
             state = pool.submit(self._initial_state, restored)
-            placed = pool.submit(self._place_feed, start)
+            placed = pool.submit(feeding.place, self.parallel, self.feed, start)
             block = pool.submit(self.lower_block().compile)  # the longest: traced first
             stored = self.state_shapes.stored_variables()
             readers = [pool.submit(self._compile_reader, name, shapes) for name, shapes, due in (
@@ -120,7 +120,7 @@ class TrainProgram:
                     validation_data is not None or self.recomputes_statistics)),
                 ("_snapshot", stored, snapshots and validation_data is not None),
                 ("_to_tree", self.state_shapes, checkpoints)) if due]
-            passes = (pool.submit(self._population_pass) if self.recomputes_statistics
+            passes = (pool.submit(population.compile_pass, self) if self.recomputes_statistics
                       else None)
             validation = None
             if validation_data is not None:
@@ -132,7 +132,7 @@ class TrainProgram:
             for reader in readers:
                 reader.result()
             arrays, stats, normalization = placed.result()
-            run = self._runner(block.result(), arrays, stats)
+            run = feeding.runner(self.parallel, self.feed, block.result(), arrays, stats)
             ready = Ready(state.result(), run, normalization)
             if passes is not None:
                 ready.population = functools.partial(passes.result(), arrays=arrays,
@@ -151,29 +151,6 @@ class TrainProgram:
         if restored is None:
             return self.parallel.put(self.init(np.uint32(self.options.seed)))
         return self.parallel.put(self.state_from_tree(restored))
-
-    def _place_feed(self, start: int):
-        """Placed feed arrays (resident) or the batch iterator (streamed), the placed
-        channel statistics and their host copy."""
-        if isinstance(self.feed, ResidentData):
-            images, labels, order = self.feed.host_arrays()
-            arrays = (self.parallel.put(images), self.parallel.put(labels),
-                      self.parallel.put(order, sharded(1)))
-            normalization = self._resident_stats(arrays[0])
-        else:
-            arrays = self.feed.start(start)
-            normalization = channel_stats(self.feed.data.images)
-        return arrays, self.parallel.put(normalization), normalization
-
-    def _resident_stats(self, images) -> tuple[np.ndarray, np.ndarray]:
-        """``channel_stats`` of the resident images, reduced where they already are: each
-        device sums image rows in integers (exact, so independent of the device count) and
-        the host adds those sums in int64."""
-        fn = self.parallel.wrap(_row_moments, (REPLICATED,), (REPLICATED, REPLICATED))
-        sums, squares = self.parallel.get(fn(images))
-        count = sums.shape[0] * sums.shape[1] * self.feed.shape[2]  # N * H * W
-        return stats_from_moments(sums.sum((0, 1), dtype=np.int64),
-                                  squares.sum((0, 1), dtype=np.int64), count)
 
     def lower_block(self):
         """The training dispatch traced against shapes (``jax.stages.Lowered``): the
@@ -201,11 +178,6 @@ class TrainProgram:
             labels = jax.ShapeDtypeStruct((labels.shape[0] * scale,), np.int32)
         images, labels = self.parallel.abstract((batch, labels), sharded(0))
         return wrapped.lower(state, images, labels, stats)
-
-    def _runner(self, compiled, arrays, stats) -> Callable:
-        if isinstance(self.feed, ResidentData):
-            return _ResidentRunner(self.parallel, compiled, arrays, stats)
-        return _StreamedRunner(self.parallel, compiled, arrays, stats)
 
     # ------------------------------------------------------------------ reading the state
 
@@ -243,110 +215,6 @@ class TrainProgram:
     def state_from_tree(self, tree: dict) -> TrainState:
         """A host ``TrainState`` in this program's layout from a tree-form state."""
         return self.layout.from_tree(tree, TrainState)
-
-    # ------------------------------------------------------------------ population statistics
-
-    def _population_pass(self) -> Callable:
-        """The compiled population pass (``population.py``) for this feed: ``run(variables,
-        *, arrays, stats)`` returns placed variables with population statistics."""
-        kwargs = dict(model=self._population_model, dtype=self.dtype,
-                      augmentation=self.options.augmentation)
-        batches = self.feed.steps_per_epoch
-        order = np.arange(batches * self.options.mini_batch_size, dtype=np.int32)
-        order = order.reshape(batches, -1)
-        if not isinstance(self.feed, ResidentData):
-            return _StreamedPopulation(self, kwargs, order)
-        fn = functools.partial(population.resident_pass, seed=self.options.seed,
-                               count=order.size, **kwargs)
-        wrapped = self.parallel.wrap(fn, (REPLICATED, REPLICATED, sharded(1), REPLICATED),
-                                     REPLICATED)
-        images = self.parallel.abstract(jax.ShapeDtypeStruct(self.feed.shape, np.uint8))
-        placed = self.parallel.abstract(jax.ShapeDtypeStruct(order.shape, np.int32), sharded(1))
-        compiled = wrapped.lower(self.variable_shapes(), images, placed,
-                                 self.stats_shape).compile()
-        return lambda variables, arrays, stats: compiled(
-            variables, arrays[0], self.parallel.put(order, sharded(1)), stats)
-
-
-class _ResidentRunner:
-    """One dispatch of the resident block: ``run(state, limit) -> (state, metrics)``."""
-
-    def __init__(self, parallel: DataParallel, compiled, arrays, stats):
-        self.parallel, self.compiled, self.arrays, self.stats = parallel, compiled, arrays, stats
-        self._limit: tuple = (None, None)
-
-    def __call__(self, state, limit: int):
-        if limit != self._limit[0]:  # one small copy per sync interval, not per dispatch
-            self._limit = (limit, self.parallel.put(np.int32(limit)))
-        return self.compiled(state, *self.arrays, self.stats, self._limit[1])
-
-
-class _StreamedRunner:
-    """One iteration on the next streamed batch, the batch after it placed ahead."""
-
-    def __init__(self, parallel: DataParallel, compiled, batches, stats):
-        self.parallel, self.compiled, self.stats = parallel, compiled, stats
-        self._batches = batches
-        self._next = self._place_next()
-
-    def __call__(self, state, limit: int):
-        del limit  # one iteration per dispatch never overshoots it
-        images, labels = self._next
-        state, metrics = self.compiled(state, images, labels, self.stats)  # asynchronous
-        # Read and copy batch n+1 while the devices run batch n.
-        self._next = self._place_next()
-        return state, metrics
-
-    def _place_next(self):
-        batch = next(self._batches, None)  # None after the plan's last batch
-        if batch is None:
-            return None
-        return self.parallel.put_process_local((batch["images"], batch["labels"]), sharded(0))
-
-
-class _StreamedPopulation:
-    """The population pass over a streamed training set: one dispatch per host batch, each
-    image with the key ``resident_pass`` gives it."""
-
-    def __init__(self, program: TrainProgram, kwargs: dict, order: np.ndarray):
-        self.program, self.order = program, order
-        parallel = program.parallel
-
-        def add(total, variables, images, keys, stats):
-            moments = population.pass_moments(variables, images, stats, keys=keys, **kwargs)
-            return jax.tree.map(jnp.add, total, moments)
-
-        self._add = parallel.wrap(add, (REPLICATED, REPLICATED, sharded(0), sharded(0),
-                                        REPLICATED), REPLICATED, donate_argnums=(0,))
-        self._finish = parallel.wrap(functools.partial(population.with_population,
-                                                       batches=len(order)),
-                                     (REPLICATED, REPLICATED), REPLICATED)
-
-    def __call__(self, variables, arrays, stats):
-        del arrays  # the training iterator: the pass reads the set in its own order
-        from jaxflowers.data.stream import host_batches, process_columns
-
-        program, parallel, order = self.program, self.program.parallel, self.order
-        keys = np.asarray(jax.random.split(jax.random.PRNGKey(program.options.seed),
-                                           order.size))
-        if parallel.multiprocess:
-            order = process_columns(order, jax.process_index(), jax.process_count())
-        shapes = jax.eval_shape(functools.partial(population.batch_moments, program.model),
-                                program.variable_shapes_local(),
-                                jax.ShapeDtypeStruct((1, *program.input_shape), program.dtype))
-        total = parallel.put(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
-        for batch in host_batches(program.feed.data, order):
-            images, batch_keys = parallel.put_process_local(
-                (batch["images"], keys[batch["index"]]), sharded(0))
-            total = self._add(total, variables, images, batch_keys, stats)
-        return self._finish(variables, total)
-
-
-def _row_moments(images):
-    """Per device: int32 sums of pixel values and of their squares along every image row,
-    (N, H, C) each. Exact (a row of up to 33,000 pixels fits in int32)."""
-    x = images.astype(jnp.int32)
-    return x.sum(axis=2), (x * x).sum(axis=2)
 
 
 def _configure(model, dtype, bn_axis_name):

@@ -63,7 +63,7 @@ class Progress:
         self._send(dict(message, **{f"validation_{k}": v
                                     for k, v in self.history.validation_at(iteration).items()}))
 
-    def report(self, info: Callable[[], TrainingInfo] | None = None) -> None:
+    def show(self, info: Callable[[], TrainingInfo] | None = None) -> None:
         """Print the table rows due; update the sinks with ``info()`` (the record so far)."""
         if self.table is not None:
             self.table.rows()
@@ -72,7 +72,7 @@ class Progress:
             for sink in self.sinks:
                 sink.update(current)
 
-    def finish(self, **fields) -> TrainingInfo:
+    def close(self, **fields) -> TrainingInfo:
         """Close the table, the sinks and ``output_fn``'s stream; the final ``TrainingInfo``."""
         info = self.history.info(**fields)
         if self.table is not None:

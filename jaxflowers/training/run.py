@@ -129,7 +129,7 @@ class _Run:
                     checkpoints[0].wait()
                     checkpoints[0].close()
         stopped_by = loop.stop or StopReason.MAX_EPOCHS
-        info = progress.finish(
+        info = progress.close(
             compile_time=compile_time, num_devices=self.parallel.num_devices,
             data_placement=self.program.feed.kind,
             stopped_early=stopped_by is not StopReason.MAX_EPOCHS, stopped_by=stopped_by,

@@ -51,7 +51,7 @@ class LocalBackend:
         env = devices.slot_environment(slot, os.environ, memory_fraction=self._memory_fraction)
         log_path = self.log_dir / f"job-{job.index:04d}.log"
         job.handle = WorkerProcess(job.staged, env, log_path)
-        reader = threading.Thread(target=_forward, args=(job, events), daemon=True,
+        reader = threading.Thread(target=_pass_messages, args=(job, events), daemon=True,
                                   name=f"sweep-job-{job.index}-progress")
         reader.start()
         threading.Thread(target=self._watch, args=(job, reader, events), daemon=True,
@@ -89,6 +89,6 @@ class LocalBackend:
         events.finished(value, error)
 
 
-def _forward(job: Job, events: JobEvents) -> None:
+def _pass_messages(job: Job, events: JobEvents) -> None:
     for message in job.handle.messages():
         events.message(message)

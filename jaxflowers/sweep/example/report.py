@@ -80,7 +80,8 @@ def _percent(value) -> str:
     return "" if value is None else f"{value:.2f}%"
 
 
-def report(outcomes: Sequence[JobOutcome], table: ProgressTable, stream: TextIO) -> int | None:
+def print_outcomes(outcomes: Sequence[JobOutcome], table: ProgressTable,
+                   stream: TextIO) -> int | None:
     """Print each job's final validation accuracy (or why it has none) and timings; returns
     the position of the best job (ties: the first, as MATLAB's ``max``), or None."""
     print("Final validation accuracy:", file=stream)

@@ -144,7 +144,7 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
                                options_overrides=overrides) for d in depths]
         interrupted = _wait(futures, pool, stream)
     outputs, outcomes = _fetch(futures, depths)
-    best = results.report(outcomes, table, stream)
+    best = results.print_outcomes(outcomes, table, stream)
     test = best_net = None
     if best is not None:
         best_net, _, test_codes = outputs[best]

@@ -1,0 +1,84 @@
+"""Feeding the training program: the training set placed on the devices with its channel
+statistics, and the runners that hand each dispatch its data (the resident set and a
+limit, or the next streamed batch while the devices run the current one)."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxflowers.data.feed import ResidentData, channel_stats, stats_from_moments
+from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
+
+
+def place(parallel: DataParallel, feed, start: int):
+    """(placed feed arrays (resident) or the batch iterator (streamed), the placed channel
+    statistics, their host copy)."""
+    if isinstance(feed, ResidentData):
+        images, labels, order = feed.host_arrays()
+        arrays = (parallel.put(images), parallel.put(labels), parallel.put(order, sharded(1)))
+        normalization = _resident_stats(parallel, feed, arrays[0])
+    else:
+        arrays = feed.start(start)
+        normalization = channel_stats(feed.data.images)
+    return arrays, parallel.put(normalization), normalization
+
+
+def _resident_stats(parallel: DataParallel, feed, images) -> tuple[np.ndarray, np.ndarray]:
+    """``channel_stats`` of the resident images, reduced where they already are: each device
+    sums image rows in integers (exact, so independent of the device count) and the host
+    adds those sums in int64."""
+    fn = parallel.wrap(_row_moments, (REPLICATED,), (REPLICATED, REPLICATED))
+    sums, squares = parallel.get(fn(images))
+    count = sums.shape[0] * sums.shape[1] * feed.shape[2]  # N * H * W
+    return stats_from_moments(sums.sum((0, 1), dtype=np.int64),
+                              squares.sum((0, 1), dtype=np.int64), count)
+
+
+def _row_moments(images):
+    """Per device: int32 sums of pixel values and of their squares along every image row,
+    (N, H, C) each. Exact (a row of up to 33,000 pixels fits in int32)."""
+    x = images.astype(jnp.int32)
+    return x.sum(axis=2), (x * x).sum(axis=2)
+
+
+def runner(parallel: DataParallel, feed, compiled, arrays, stats):
+    """``run(state, limit) -> (state, metrics)``: one dispatch of the compiled block."""
+    if isinstance(feed, ResidentData):
+        return _ResidentRunner(parallel, compiled, arrays, stats)
+    return _StreamedRunner(parallel, compiled, arrays, stats)
+
+
+class _ResidentRunner:
+    """One dispatch of the resident block: ``run(state, limit) -> (state, metrics)``."""
+
+    def __init__(self, parallel: DataParallel, compiled, arrays, stats):
+        self.parallel, self.compiled, self.arrays, self.stats = parallel, compiled, arrays, stats
+        self._limit: tuple = (None, None)
+
+    def __call__(self, state, limit: int):
+        if limit != self._limit[0]:  # one small copy per sync interval, not per dispatch
+            self._limit = (limit, self.parallel.put(np.int32(limit)))
+        return self.compiled(state, *self.arrays, self.stats, self._limit[1])
+
+
+class _StreamedRunner:
+    """One iteration on the next streamed batch, the batch after it placed ahead."""
+
+    def __init__(self, parallel: DataParallel, compiled, batches, stats):
+        self.parallel, self.compiled, self.stats = parallel, compiled, stats
+        self._batches = batches
+        self._next = self._place_next()
+
+    def __call__(self, state, limit: int):
+        del limit  # one iteration per dispatch never overshoots it
+        images, labels = self._next
+        state, metrics = self.compiled(state, images, labels, self.stats)  # asynchronous
+        # Read and copy batch n+1 while the devices run batch n.
+        self._next = self._place_next()
+        return state, metrics
+
+    def _place_next(self):
+        batch = next(self._batches, None)  # None after the plan's last batch
+        if batch is None:
+            return None
+        return self.parallel.put_process_local((batch["images"], batch["labels"]), sharded(0))
