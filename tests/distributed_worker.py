@@ -6,7 +6,9 @@ Joins through ``distributed.initialize`` from ``$JAXFLOWERS_COORDINATOR``,
 * ``train``: 3 steps on the tiny ResNet (resident), a ragged prediction, then a streamed
   training that process 0's ``output_fn`` stops early; writes ``process<i>.npz`` into
   ``--out``;
-* ``forever``: trains until killed; process 0 prints ``iteration N`` as it goes.
+* ``forever``: trains until killed; process 0 prints ``iteration N`` as it goes;
+* ``terminated``: as ``forever``, checkpointing into ``--out``; every process prints
+  ``RESULT <stop> <iterations> <checkpoint>`` once a stop signal ends the run.
 
 The test process imports ``train_tiny``, ``train_stopped`` and ``predict_ragged`` for its
 one-process reference.
@@ -108,9 +110,19 @@ def _forever_task() -> None:
     train_tiny(max_epochs=100_000, output_fn=report, verbose=False)
 
 
+def _terminated_task(out: pathlib.Path) -> None:
+    def report(message):
+        if message["state"] == "iteration":
+            print(f"iteration {message['iteration']}", flush=True)
+
+    _, info = train_tiny(max_epochs=100_000, output_fn=report, verbose=False,
+                         checkpoints=str(out / "checkpoints"))
+    print(f"RESULT {info.stopped_by.value} {len(info.loss)} {info.checkpoint}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("task", choices=("train", "forever"))
+    parser.add_argument("task", choices=("train", "forever", "terminated"))
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args()
     # A lost process is noticed within ~10 s, so the kill test ends well inside a minute.
@@ -118,6 +130,8 @@ def main() -> int:
     second_call_error = _refusal(distributed.initialize)
     if args.task == "train":
         _train_task(args.out, second_call_error)
+    elif args.task == "terminated":
+        _terminated_task(args.out)
     else:
         _forever_task()
     return 0

@@ -60,6 +60,12 @@ def _run_script(script: str, timeout=600):
                           text=True, timeout=timeout)
 
 
+def _steps(folder) -> list[int]:
+    """The iterations of the checkpoints in ``folder`` (``iteration_<N>`` folders)."""
+    return sorted(int(p.name.removeprefix("iteration_")) for p in pathlib.Path(folder).iterdir()
+                  if p.name.startswith("iteration_") and p.name[10:].isdigit())
+
+
 def _assert_same(a, b):
     jax.tree.map(np.testing.assert_array_equal, a, b)
 
@@ -69,7 +75,7 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(tmp_path):
     net_ref, info_ref = jf.train(train, _model(), _options())
     result = _run_script(KILLED.format(tests=str(ROOT / "tests"), path=str(tmp_path)))
     assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
-    saved = sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit())
+    saved = _steps(tmp_path)
     assert saved and set(saved) <= {EPOCH, 2 * EPOCH}, saved
     net, info = jf.train(train, _model(), _options(), resume=tmp_path)
     # Bit for bit on the CPU: parameters, batch-norm statistics and the whole history.
@@ -100,11 +106,11 @@ def test_resume_on_another_device_count_gives_the_same_numbers(tmp_path):
 def test_checkpoints_follow_frequency_and_unit_and_keep_the_newest(tmp_path):
     train, _ = _data()
     _, info = jf.train(train, _model(), _options(tmp_path / "e", max_epochs=4, checkpoint_keep=2))
-    assert sorted(int(p.name) for p in (tmp_path / "e").iterdir()) == [3 * EPOCH, 4 * EPOCH]
-    assert info.checkpoint == str(tmp_path / "e" / str(4 * EPOCH))
+    assert _steps(tmp_path / "e") == [3 * EPOCH, 4 * EPOCH]
+    assert info.checkpoint == str(tmp_path / "e" / f"iteration_{4 * EPOCH}")
     jf.train(train, _model(), _options(tmp_path / "i", max_epochs=1, checkpoint_frequency=4,
                                        checkpoint_frequency_unit="iteration"))
-    assert sorted(int(p.name) for p in (tmp_path / "i").iterdir()) == [4]
+    assert _steps(tmp_path / "i") == [4]
 
 
 # Saves a checkpoint every iteration until killed: a kill -9 lands during a save.
@@ -136,14 +142,12 @@ def test_a_kill_during_a_save_leaves_a_usable_checkpoint(tmp_path):
         time.sleep(delay)
         process.kill()
         process.wait(30)
-        complete = [p for p in folder.iterdir() if p.name.isdigit()]
+        complete = _steps(folder)
         assert complete, list(folder.iterdir())
-        net, info = jf.train(train, _model(), _options(max_epochs=200, validation_data=None,
-                                                          output_fn=lambda m: m.get(
-                                                              "iteration", 0) >= 2 + max(
-                                                              int(p.name) for p in complete))
-                             , resume=folder)
-        assert info.iteration[-1] > max(int(p.name) for p in complete)
+        net, info = jf.train(train, _model(), _options(
+            max_epochs=200, validation_data=None,
+            output_fn=lambda m: m.get("iteration", 0) >= 2 + complete[-1]), resume=folder)
+        assert info.iteration[-1] > complete[-1]
 
 
 def test_a_checkpoint_of_another_recipe_or_data_is_refused_naming_both(tmp_path):
@@ -153,7 +157,8 @@ def test_a_checkpoint_of_another_recipe_or_data_is_refused_naming_both(tmp_path)
         jf.train(train, _model(), _options(mini_batch_size=20), resume=tmp_path)
     with pytest.raises(ValueError, match="other data"):
         jf.train(train.subset(np.arange(90)), _model(), _options(), resume=tmp_path)
-    with pytest.raises(ValueError, match="cannot read the checkpoint"):
+    with pytest.raises(ValueError, match=r"holds cifar_net\(depth=1, num_classes=10\); this run "
+                                         r"builds cifar_net\(depth=2, num_classes=10\)"):
         jf.train(train, jf.models.cifar_net(2, num_classes=10), _options(), resume=tmp_path)
     with pytest.raises(ValueError, match=f"no checkpoint in {tmp_path / 'nothing'}"):
         jf.train(train, _model(), _options(), resume=tmp_path / "nothing")
@@ -166,20 +171,24 @@ import test_checkpoint as t
 import jaxflowers as jf
 def output_fn(message):
     if message["state"] == "iteration" and message["iteration"] == 5:
-        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C in a terminal
+        os.kill(os.getpid(), signal.{signal})  # Ctrl-C in a terminal, or kill / Slurm
 train, _ = t._data()
 net, info = jf.train(train, t._model(), t._options({path!r}, output_fn=output_fn))
 print("RESULT", info.stop_reason, len(info.loss), info.checkpoint)
 """
 
 
-def test_ctrl_c_stops_at_a_block_boundary_returns_results_and_checkpoints(tmp_path):
-    result = _run_script(INTERRUPTED.format(tests=str(ROOT / "tests"), path=str(tmp_path)))
+@pytest.mark.parametrize("signal_name, reason, said", [
+    ("SIGINT", "interrupted", "Ctrl-C: stopping"), ("SIGTERM", "terminated", "SIGTERM: stopping")])
+def test_a_stop_signal_ends_at_a_block_boundary_with_results_and_a_checkpoint(
+        tmp_path, signal_name, reason, said):
+    result = _run_script(INTERRUPTED.format(tests=str(ROOT / "tests"), path=str(tmp_path),
+                                            signal=signal_name))
     assert result.returncode == 0, result.stderr[-2000:]
-    reason, iterations, checkpoint = result.stdout.split("RESULT")[1].split()
-    assert reason == "interrupted" and int(iterations) in (5, 6), result.stdout
-    assert checkpoint == str(tmp_path / iterations)
-    assert "Traceback" not in result.stderr and "Ctrl-C: stopping" in result.stderr
+    stopped, iterations, checkpoint = result.stdout.split("RESULT")[1].split()
+    assert stopped == reason and int(iterations) in (5, 6), result.stdout
+    assert checkpoint == str(tmp_path / f"iteration_{iterations}")
+    assert "Traceback" not in result.stderr and said in result.stderr
     train, _ = _data()
     _, info = jf.train(train, _model(), _options(), resume=checkpoint)
     assert len(info.loss) == 3 * EPOCH

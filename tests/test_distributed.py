@@ -116,8 +116,9 @@ def test_two_processes_write_checkpoints_that_one_process_resumes(two_processes)
     is complete, and one process continuing from it gets the two processes' network."""
     results, _ = two_processes
     checkpoint = pathlib.Path(str(results[0]["checkpoint"]))
-    assert str(results[1]["checkpoint"]) == str(checkpoint) and checkpoint.name == "3"
-    assert sorted(p.name for p in checkpoint.parent.iterdir()) == ["1", "2", "3"]
+    assert str(results[1]["checkpoint"]) == str(checkpoint) and checkpoint.name == "iteration_3"
+    assert sorted(p.name for p in checkpoint.parent.iterdir()) == [
+        "iteration_1", "iteration_2", "iteration_3"]
     net, info = worker.train_tiny("resident", verbose=False, resume=checkpoint)
     assert len(info.loss) == 3  # nothing left to train: the history is the checkpoint's
     np.testing.assert_allclose(info.loss, results[0]["loss"], rtol=0)
@@ -170,6 +171,27 @@ def test_a_lost_process_is_named_by_the_others_at_once(tmp_path):
                                        "finishing; killed, out of memory or its host down?); "
                                        "stopping process 0 too"), stderr[-3000:]
     assert "Check failure stack trace" not in stderr
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_process_stops_every_process_at_the_same_point(tmp_path):
+    """A scheduler may signal one host's process first: the others hear of it at the next
+    sync point, so all stop together, each with the final checkpoint written jointly."""
+    with _processes("terminated", tmp_path) as procs:
+        deadline = time.monotonic() + 300
+        while "iteration 3\n" not in (tmp_path / "stdout0").read_text():
+            assert procs[0].poll() is None and procs[1].poll() is None, \
+                (tmp_path / "stderr0").read_text()[-3000:]
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        os.kill(procs[1].pid, signal.SIGTERM)
+        codes = [proc.wait(timeout=120) for proc in procs]
+    results = [[line for line in (tmp_path / f"stdout{i}").read_text().splitlines()
+                if line.startswith("RESULT")] for i in range(2)]
+    assert codes == [0, 0], [(tmp_path / f"stderr{i}").read_text()[-2000:] for i in range(2)]
+    (stop0, n0, checkpoint0), (stop1, n1, checkpoint1) = (r[0].split()[1:] for r in results)
+    assert stop0 == stop1 == "terminated" and n0 == n1
+    assert checkpoint0 == str(tmp_path / "checkpoints" / f"iteration_{n0}")
 
 
 def _cli(args: list[str], tmp_path, **popen):

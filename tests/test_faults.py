@@ -506,7 +506,7 @@ def test_ctrl_c_in_training_is_one_line_and_130(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(jf, "train", _stopped_training("interrupted"))
     status, _, err = _cli(capsys, "train", "--out", str(tmp_path))
     assert (status, err) == (130, "interrupted after iteration 3: no checkpoint was written "
-                                  "(--checkpoint-dir DIR keeps one); history in "
+                                  "(--checkpoint-dir DIR keeps one); kept "
                                   f"{tmp_path / 'metrics.csv'}\n")
 
 
@@ -569,32 +569,39 @@ def test_train_and_test_folders_unwritable_caches_save_and_metrics(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_checkpoints_says_where_and_resume_finishes_the_run(tmp_path):
-    """Ctrl-C in training: the library's notice, then one line naming the checkpoint, exit
-    130, no traceback, no child left; the same command with --resume then finishes it."""
+@pytest.mark.parametrize("signal_name, status, words, notice", [
+    ("SIGINT", 130, "interrupted", "Ctrl-C: "), ("SIGTERM", 143, r"terminated \(SIGTERM\)",
+                                                 "SIGTERM: ")])
+def test_a_stop_signal_checkpoints_says_where_and_resume_finishes_the_run(
+        tmp_path, signal_name, status, words, notice):
+    """Ctrl-C or SIGTERM (kill, Slurm's time limit) in training: the library's notice, then
+    one line naming the checkpoint and what was kept (the history, the network so far), the
+    shell's exit status, no traceback, no child left; --resume then finishes the run."""
     import signal
 
     import psutil
 
     argv = ["train", "--depth", "1", "--epochs", "3", "--checkpoint-dir", str(tmp_path / "ck"),
-            "--out", str(tmp_path / "out")]
+            "--out", str(tmp_path / "out"), "--save", str(tmp_path / "out" / "net.safetensors")]
     process = _cli_process(argv, tmp_path, PYTHONUNBUFFERED="1")
     try:
         for line in process.stdout:  # the table's first row: training is under way
             if re.match(r"\|\s+1 \|\s+1 \|", line):
                 break
         children = psutil.Process(process.pid).children(recursive=True)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(getattr(signal, signal_name))
         _, stderr = process.communicate(timeout=300)
     finally:
         process.kill()
     lines = [line for line in stderr.splitlines() if line.strip()]
-    assert process.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
-    assert all(line.startswith("Ctrl-C: ") for line in lines[:-1]), lines
-    assert re.fullmatch(rf"interrupted after iteration \d+: the checkpoint is in "
-                        rf"{re.escape(str(tmp_path / 'ck'))}\S* \(continue with --resume\); "
-                        rf"history in {re.escape(str(tmp_path / 'out' / 'metrics.csv'))}",
+    assert process.returncode == status and "Traceback" not in stderr, stderr[-3000:]
+    assert all(line.startswith(notice) for line in lines[:-1]), lines
+    assert re.fullmatch(rf"{words} after iteration \d+: the checkpoint is in "
+                        rf"{re.escape(str(tmp_path / 'ck'))}/iteration_\d+ \(continue with "
+                        rf"--resume\); kept {re.escape(str(tmp_path / 'out' / 'metrics.csv'))}"
+                        rf", {re.escape(str(tmp_path / 'out' / 'net.safetensors'))}",
                         lines[-1]), lines
+    assert jf.load(tmp_path / "out" / "net.safetensors").class_names == tuple("0123456789")
     assert not [c for c in children if c.is_running()]
     resumed = subprocess.run([sys.executable, "-m", "jaxflowers", *argv, "--resume", "--quiet"],
                              cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),

@@ -134,8 +134,12 @@ def test_a_job_whose_loss_diverges_fails_with_that_reason_and_is_not_chosen(tmp_
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_ctrl_c_keeps_the_finished_jobs_and_leaves_nothing_behind(tmp_path):
-    """One CPU slot: job 0 (depth 1) finishes, then Ctrl-C while job 1 (depth 2) trains."""
+@pytest.mark.parametrize("signum, status, words", [
+    (signal.SIGINT, 130, "Interrupted"), (signal.SIGTERM, 143, "Terminated (SIGTERM)")])
+def test_a_stop_signal_keeps_the_finished_jobs_and_leaves_nothing_behind(tmp_path, signum,
+                                                                         status, words):
+    """One CPU slot: job 0 (depth 1) finishes, then Ctrl-C (or SIGTERM, as kill, Slurm and
+    Kubernetes send) while job 1 (depth 2) trains."""
     proc = _start(["--depths", "1", "2", "--epochs", "1", "--devices", "1", "--out", "out",
                    "--option", "steps_per_dispatch=1"], tmp_path)
     lines, deadline = [], time.monotonic() + 240
@@ -143,15 +147,16 @@ def test_ctrl_c_keeps_the_finished_jobs_and_leaves_nothing_behind(tmp_path):
         lines.append(line)
         if line.split()[:4] == ["1", "2", "first", "step"] or time.monotonic() > deadline:
             break
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     rest, err = proc.communicate(timeout=60)
     out = "".join(lines) + rest
-    assert proc.returncode == 130, out + err
+    assert proc.returncode == status, out + err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    assert "Interrupted: the jobs still running are cancelled" in out
+    assert f"{words}: the jobs still running are cancelled" in out
     assert "  job 1 (depth 2): cancelled" in out and "Best network: depth 1 (job 0," in out
     saved = json.loads((tmp_path / "out" / "sweep_results.json").read_text())
-    assert saved["interrupted"] and [j["status"] for j in saved["jobs"]] == ["done", "cancelled"]
+    assert saved["interrupted"] == signal.Signals(signum).name
+    assert [j["status"] for j in saved["jobs"]] == ["done", "cancelled"]
     assert saved["best"]["depth"] == 1 and 0 <= saved["best"]["test_accuracy"] <= 100
     assert (tmp_path / "out" / "sweep_progress.png").is_file()
     assert os.listdir(tmp_path / "tmp") == [], "the pool's scratch folder is left"

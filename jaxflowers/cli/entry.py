@@ -9,11 +9,8 @@ line, keep what can be kept, and exit 130 and 143.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import sys
-import threading
 import warnings
 
 from jaxflowers.cli import sweep as sweep_cli  # imports no JAX
@@ -60,24 +57,10 @@ def main(argv=None) -> int:
         parser.error("--resume needs --checkpoint-dir DIR, the folder of the run to continue")
     debug = getattr(args, "debug", False) or os.environ.get(DEBUG_ENV) == "1"
     command = {"train": train_cli.run, "sweep": sweep_cli.run, "download": _download}[args.command]
-    with warnings.catch_warnings(), _sigterm_raises():  # both restored afterwards
+    with warnings.catch_warnings(), signals.sigterm_raises():  # both restored afterwards
         if not debug:
             warnings.showwarning = _show_warning
         return _run(command, args, debug)
-
-
-@contextlib.contextmanager
-def _sigterm_raises():
-    """SIGTERM raises ``signals.Terminated`` (a ``KeyboardInterrupt``) in the main thread,
-    so it takes Ctrl-C's path: the results so far kept, one line, exit 143."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: signals.raise_for(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _run(command, args, debug: bool) -> int:
@@ -88,17 +71,13 @@ def _run(command, args, debug: bool) -> int:
         print(stop, file=sys.stderr)
         return stop.status
     except KeyboardInterrupt as stop:
-        print(f"{_signal_words(stop)} ({args.command})", file=sys.stderr)
+        print(f"{signals.signal_words(stop)} ({args.command})", file=sys.stderr)
         return signals.exit_status(stop)
     except Exception as error:  # noqa: BLE001 (every failure becomes one line)
         if debug:
             raise
         print(_one_line(error), file=sys.stderr)
         return 1
-
-
-def _signal_words(stop: KeyboardInterrupt) -> str:
-    return "terminated (SIGTERM)" if isinstance(stop, signals.Terminated) else "interrupted"
 
 
 def _one_line(error: BaseException) -> str:

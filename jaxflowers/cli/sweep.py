@@ -10,6 +10,7 @@ import json
 import sys
 
 from jaxflowers.cli.args import non_negative_int, positive_int
+from jaxflowers.host import signals
 
 
 def add_parser(commands, parents=()) -> argparse.ArgumentParser:
@@ -62,7 +63,7 @@ def parse_options(items: list[str]) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep the parsed ``args`` describe; returns the exit status (0: a best
-    network was found, 1: every job failed, 2: bad input, 130: interrupted)."""
+    network was found, 1: every job failed, 2: bad input, 130: Ctrl-C, 143: SIGTERM)."""
     from jaxflowers.recipes import DataUnavailableError
     from jaxflowers.sweep.example.run import run_sweep  # imports no JAX
     from jaxflowers.sweep.jobs import job_options
@@ -77,14 +78,14 @@ def run(args: argparse.Namespace) -> int:
         result = run_sweep(args.depths, data=args.data, epochs=args.epochs, devices=devices,
                            jobs_per_device=args.jobs_per_device, out_dir=args.out,
                            seed=args.seed, options_overrides=overrides)
-    except KeyboardInterrupt:
-        print("Interrupted.", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:  # before any job started
+        print(f"{signals.signal_words(stop, capital=True)}.", file=sys.stderr)
+        return signals.exit_status(stop)
     except (DataUnavailableError, ValueError, OSError) as error:
         return _error(str(error))
     print(f"Wall time: {result.wall_time:.1f} s")
     if result.interrupted:
-        return 130
+        return 143 if result.interrupted == "SIGTERM" else 130
     return 0 if result.best_depth is not None else 1
 
 

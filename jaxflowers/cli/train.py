@@ -98,6 +98,9 @@ def _output_arguments(train) -> None:
                        help="checkpoint every N epochs or iterations (default: 1)")
     group.add_argument("--checkpoint-frequency-unit", choices=("epoch", "iteration"),
                        default="epoch", help="what --checkpoint-frequency counts (default: epoch)")
+    group.add_argument("--checkpoint-failure", choices=("warn", "stop"), default="warn",
+                       help="a checkpoint that cannot be written (disk full, read-only): warn "
+                            "and train on, or stop and keep the results (default: warn)")
     group.add_argument("--resume", action="store_true",
                        help="continue the run checkpointed in --checkpoint-dir (default: start "
                             "afresh)")
@@ -145,8 +148,8 @@ def stage(what: str, kept: tuple[str, ...] = ()):
         yield
     except KeyboardInterrupt as stop:
         saved = f"kept {', '.join(kept)}" if kept else "nothing was saved"
-        words = "terminated (SIGTERM)" if isinstance(stop, signals.Terminated) else "interrupted"
-        raise Interrupted(f"{words} while {what}; {saved}", signals.exit_status(stop)) from None
+        raise Interrupted(f"{signals.signal_words(stop)} while {what}; {saved}",
+                          signals.exit_status(stop)) from None
 
 
 def run(args) -> int:
@@ -265,7 +268,8 @@ def _checkpointing(args) -> dict:
         return {}
     return {"checkpoint_path": args.checkpoint_dir,
             "checkpoint_frequency": args.checkpoint_frequency,
-            "checkpoint_frequency_unit": args.checkpoint_frequency_unit}
+            "checkpoint_frequency_unit": args.checkpoint_frequency_unit,
+            "checkpoint_failure": args.checkpoint_failure}
 
 
 def _resume(args) -> dict:
@@ -274,31 +278,36 @@ def _resume(args) -> dict:
 
 
 def _keep(args, net, info, main_process: bool) -> tuple[str, ...]:
-    """Write metrics.csv and (``--save``) the network, on process 0; raise
-    :class:`Interrupted` or :class:`Diverged` when training did not finish (in every
-    process, so all of them stop). Returns what was written."""
+    """Write metrics.csv and (``--save``) the network on process 0, however training
+    ended (but for divergence); then raise :class:`Interrupted`, :class:`Diverged` or
+    ``RuntimeError`` when training did not finish (in every process, so all of them stop).
+    Returns what was written."""
     from jaxflowers.training.stop import StopReason
 
     metrics = os.path.join(args.out, "metrics.csv")
+    kept = (metrics,)
     if main_process:
         info.to_csv(metrics)
+        if args.save and not info.diverged:
+            kept += (str(net.save(args.save)),)
+    if info.diverged:
+        raise Diverged(f"{info.stop_reason}; the history is in {metrics}")
     if info.stopped_by.by_signal:
         where = (f"the checkpoint is in {info.checkpoint} (continue with --resume)"
                  if info.checkpoint else "no checkpoint was written (--checkpoint-dir DIR "
                                          "keeps one)")
         terminated = info.stopped_by is StopReason.TERMINATED
         words = "terminated (SIGTERM)" if terminated else "interrupted"
-        raise Interrupted(f"{words} after iteration {len(info.loss)}: {where}; history in "
-                          f"{metrics}", 143 if terminated else 130)
-    if info.diverged:
-        raise Diverged(f"{info.stop_reason}; the history is in {metrics}")
-    if not main_process:
-        return ()
-    print(f"Metrics: {metrics}")
-    if not args.save:
-        return (metrics,)
-    print(f"Network saved to {net.save(args.save)}")
-    return metrics, args.save
+        raise Interrupted(f"{words} after iteration {len(info.loss)}: {where}; kept "
+                          f"{', '.join(kept)}", 143 if terminated else 130)
+    if main_process:
+        print(f"Metrics: {metrics}")
+        if len(kept) > 1:
+            print(f"Network saved to {kept[1]}")
+    if info.stopped_by is StopReason.CHECKPOINT_FAILED:
+        raise RuntimeError(f"training stopped: {info.stop_reason} (--checkpoint-failure "
+                           f"stop); kept {', '.join(kept)}")
+    return kept if main_process else ()
 
 
 class Diverged(RuntimeError):

@@ -25,6 +25,28 @@ def raise_for(signum: int) -> None:
     raise Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def sigterm_raises():
+    """Within the block SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) in the main
+    thread, so it takes Ctrl-C's path: what finished is kept and reported. A handler that
+    is not the default (the caller's own) is left as it is."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: raise_for(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def signal_words(error: BaseException, *, capital: bool = False) -> str:
+    """How a stop by ``error`` (``KeyboardInterrupt`` or ``Terminated``) is said."""
+    words = "terminated (SIGTERM)" if isinstance(error, Terminated) else "interrupted"
+    return words[0].upper() + words[1:] if capital else words
+
+
 def exit_status(error: BaseException) -> int:
     """130 for ``KeyboardInterrupt``, 143 for ``Terminated``."""
     return EXIT_STATUS[signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT]

@@ -1,158 +1,304 @@
-"""Checkpoints of a training run (MATLAB's ``CheckpointPath``), written with orbax.
+"""Writing a run's checkpoints (MATLAB's ``CheckpointPath``) with orbax, safely.
 
 A checkpoint holds everything needed to continue a run exactly: the state in tree form
 (parameters, batch-norm statistics, solver state, iteration, the data-order and
-augmentation key; independent of the device count and of the update's parameter layout),
-the best-validation network so far when the run may return it (``"best"`` beside the
-state), the ``History`` so far (from which validation patience is rebuilt), and the
-options and data it was trained with. The iteration
-determines the position in the seeded plan, so nothing else is needed.
+augmentation key: independent of the device count and of the parameter layout), the
+best-validation network so far when the run may return it, and a JSON record: the
+history, the recipe, the network's spec, the data (with a digest of the training set) and
+a digest of every array of the state, checked when it is read back (``resume``).
 
-orbax writes each checkpoint into a temporary folder and renames it when complete, so a
-process killed while saving leaves the previous checkpoints usable; saving is
-asynchronous (the host copies the arrays, then a background thread writes); only the
-newest ``keep`` checkpoints are kept. With several processes every process takes part
-in each save and restore, as orbax requires.
+One run owns its folder: it holds a lock there (naming the holder), a fresh run refuses a
+folder holding another run's checkpoints, and checkpoints are folders ``iteration_<N>``,
+so folders of the user's beside them are left alone. orbax writes each one into a
+temporary folder and renames it when complete (a kill while saving leaves the previous
+ones usable), asynchronously after the host copy. A save that fails (disk full, read-only,
+permissions) is one warning naming the folder and the cause; training goes on without it,
+or stops (``checkpoint_failure="stop"``); its temporary folder is removed.
 """
 from __future__ import annotations
 
-import dataclasses
+import contextlib
+import datetime
+import logging
 import os
 import pathlib
-from typing import Any
+import shutil
+import socket
+import sys
+import threading
+import warnings
 
 import numpy as np
 
 from jaxflowers.options.training import TrainingOptions, recipe_fields
 from jaxflowers.training.history import History
 
-FORMAT = 2  # 2: the best-validation network and the new options in the record
+FORMAT = 3  # 3: iteration_<N> folders, the network's spec, digests of the state and data
+PREFIX = "iteration"  # orbax's step prefix: checkpoints are iteration_<N>
+LOCK = ".jaxflowers-lock"
+_TMP = ".orbax-checkpoint-tmp"
+ITEMS = ("state", "record")
+# Odd constants of the digest: element i of a leaf contributes (bits ^ i * _SPREAD) * _MIX.
+_SPREAD, _MIX = np.uint32(0x9E3779B9), np.uint32(0x85EBCA6B)
+
+
 class CheckpointError(ValueError):
-    """A checkpoint that cannot be read, or does not fit the run that would continue it."""
+    """A checkpoint folder that cannot be used, or a checkpoint that cannot be read or does
+    not fit the run that would continue it."""
 
 
-@dataclasses.dataclass
-class Restored:
-    """A checkpoint read back: its tree-form state (host arrays) and record."""
-
-    state: Any
-    iteration: int
-    history: History
-    path: pathlib.Path
+class CheckpointSaveError(OSError):
+    """A save failed and the run was asked to stop on that (``checkpoint_failure="stop"``)."""
 
 
 class Checkpointer:
-    """Saves a run's checkpoints into ``path`` (one folder per iteration).
+    """Saves one run's checkpoints into ``path``, each in a background thread of its own.
+
+    orbax writes synchronously in that thread (its asynchronous mode leaves threads
+    waiting for minutes after a failed write), so the loop goes on while a checkpoint is
+    written, a failure is an exception caught here, and nothing outlives the run. With
+    several processes it writes in the main thread: orbax's barriers between the processes
+    must not interleave with the training's own collectives.
 
     Args:
       path: the run's checkpoint folder (created if missing).
       keep: newest checkpoints kept; older ones are deleted after each save.
+      on_failure: "warn" (a failed save is a warning; training goes on) or "stop".
+      resuming: the run continues the checkpoints already there (else they are refused).
+      owner: whether this process holds the lock (process 0 of several).
+      background: write in a background thread (one process), or at once.
+
+    Raises:
+      CheckpointError: the folder cannot be used, is in use by another live run, or holds
+        another run's checkpoints and ``resuming`` is False.
     """
 
-    def __init__(self, path: str | os.PathLike, keep: int):
+    def __init__(self, path, keep: int, *, on_failure: str = "warn", resuming: bool = False,
+                 owner: bool = True, background: bool = True):
         import orbax.checkpoint as ocp
 
         self.path = pathlib.Path(path).expanduser().absolute()
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                               enable_async_checkpointing=True)
+        self.on_failure, self.written, self.background = on_failure, [], background
+        self._writer: threading.Thread | None = None
+        self._outcome: tuple = ()
+        self._failures: dict[str, int] = {}  # cause -> saves that failed of it
         try:
-            self._manager = ocp.CheckpointManager(self.path, options=options,
-                                                  item_names=("state", "record"))
+            self.path.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise CheckpointError(f"checkpoint_path={str(path)!r} cannot be used: {error}"
-                                  ) from error
+            raise CheckpointError(f"checkpoint_path={str(path)!r} cannot be used: "
+                                  f"{error.strerror or error}") from None
+        self._lock = _take_lock(self.path) if owner else None
+        try:
+            if not resuming:
+                _refuse_foreign(self.path)
+            quiet_orbax()
+            options = ocp.CheckpointManagerOptions(
+                max_to_keep=keep, create=True, enable_async_checkpointing=False,
+                step_prefix=PREFIX, cleanup_tmp_directories=True)
+            self._manager = ocp.CheckpointManager(self.path, options=options, item_names=ITEMS)
+        except BaseException:
+            self._unlock()
+            raise
 
-    def save(self, iteration: int, tree_state, record: dict) -> pathlib.Path:
-        """Start writing the checkpoint of ``iteration``; returns its folder. Returns once
-        the arrays are copied to the host; the files are written in the background."""
+    def save(self, iteration: int, tree_state, record: dict) -> bool:
+        """Start writing the checkpoint of ``iteration`` (placed arrays, kept alive until
+        written); returns whether it was started. The previous save is waited for first;
+        a failure, of it or of this one, is a warning (or ``CheckpointSaveError``)."""
+        self._settle()
+        short = _space_short(self.path, tree_state)
+        if short:  # refused before writing: a write that runs out of space is noisier
+            return self._failed(iteration, short)
+        self._writer = threading.Thread(target=self._write, args=(iteration, tree_state, record),
+                                        name="jaxflowers-checkpoint", daemon=True)
+        if not self.background:
+            self._writer.run()  # here, in this thread
+            self._settle()
+            return bool(self.written) and self.written[-1] == iteration
+        self._writer.start()
+        return True
+
+    def finish(self) -> pathlib.Path | None:
+        """Wait for the last save, release the folder; returns the newest checkpoint this
+        run wrote completely, or None."""
+        try:
+            self._settle()
+        finally:
+            with contextlib.suppress(Exception):
+                self._manager.close()
+            self._unlock()
+        for cause, count in self._failures.items():
+            if count > 1:
+                warnings.warn(f"{count} checkpoints in all could not be written into "
+                              f"{self.path} ({cause})", RuntimeWarning, stacklevel=2)
+        return self.path / f"{PREFIX}_{self.written[-1]}" if self.written else None
+
+    def _write(self, iteration: int, tree_state, record: dict) -> None:
         import orbax.checkpoint as ocp
 
-        self._manager.save(iteration, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(tree_state), record=ocp.args.JsonSave(record)))
-        return self.path / str(iteration)
+        try:
+            started = self._manager.save(iteration, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(tree_state), record=ocp.args.JsonSave(record)))
+            self._outcome = (iteration, None if started else
+                             "orbax did not write it (a newer checkpoint is in the folder)")
+        except Exception as error:  # noqa: BLE001 (orbax raises many types for I/O errors)
+            self._outcome = (iteration, error)
 
-    def wait(self) -> None:
-        """Block until every started save is on disk."""
-        self._manager.wait_until_finished()
+    def _settle(self) -> None:
+        """Wait for the save in flight, and count it written or failed."""
+        if self._writer is None:
+            return
+        if self._writer.is_alive():
+            self._writer.join()
+        self._writer = None
+        iteration, error = self._outcome
+        if error is None:
+            self.written.append(iteration)
+        else:
+            self._failed(iteration, error)
 
-    def close(self) -> None:
-        self._manager.close()
+    def _failed(self, iteration: int, error) -> bool:
+        for tmp in self.path.glob(f"*{_TMP}*"):  # what the failed save left half-written
+            shutil.rmtree(tmp, ignore_errors=True)
+        cause = error if isinstance(error, str) else _cause(error)
+        what = "training stops" if self.on_failure == "stop" else "training goes on without it"
+        message = (f"could not write the checkpoint of iteration {iteration} into "
+                   f"{self.path}: {cause}; {what}")
+        if self.on_failure == "stop":
+            raise CheckpointSaveError(message)
+        self._failures[cause] = self._failures.get(cause, 0) + 1
+        if self._failures[cause] == 1:  # the next ones of this cause are counted at the end
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+        return False
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the flock
+            with contextlib.suppress(OSError):
+                (self.path / LOCK).unlink()
+            self._lock = None
 
 
-def record(iteration: int, history: History, options: TrainingOptions, data) -> dict:
-    """The JSON part of a checkpoint: where the run is and what it was trained with."""
-    return {"format": FORMAT, "iteration": int(iteration), "history": history.to_json(),
-            "recipe": _recipe(options), "data": _data_record(data)}
+def checkpoint_steps(folder: pathlib.Path) -> list[int]:
+    """The iterations of the complete checkpoints in ``folder``, oldest first."""
+    if not folder.is_dir():
+        return []
+    steps = []
+    for entry in folder.iterdir():
+        name, _, number = entry.name.partition("_")
+        if name == PREFIX and number.isdigit() and (entry / "record").exists():
+            steps.append(int(number))
+    return sorted(steps)
 
 
-def restore(path: str | os.PathLike, tree_shapes, options: TrainingOptions, data) -> Restored:
-    """Read the checkpoint at ``path`` for a run with ``options`` on ``data``.
+def _refuse_foreign(path: pathlib.Path) -> None:
+    steps = checkpoint_steps(path)
+    if steps:
+        raise CheckpointError(
+            f"checkpoint_path {path} already holds the checkpoints of another run "
+            f"(iterations {steps[0]}-{steps[-1]}); continue it with resume={str(path)!r} "
+            "(--resume), or give another folder")
 
-    Args:
-      path: a run's checkpoint folder (its newest checkpoint is read) or one checkpoint's
-        folder inside it.
-      tree_shapes: the shapes and dtypes of the tree-form state this run expects.
-      options, data: the continuing run's; they must fit the checkpoint's.
 
-    Raises:
-      CheckpointError: no checkpoint there, an unreadable one, or one of another recipe,
-        data set or network (the message names the path and what differs).
-    """
-    import orbax.checkpoint as ocp
-
-    folder, step = _locate(pathlib.Path(path).expanduser().absolute())
-    manager = ocp.CheckpointManager(folder, item_names=("state", "record"),
-                                    options=ocp.CheckpointManagerOptions(read_only=True))
+def _take_lock(path: pathlib.Path):
+    """The flocked lock file of ``path``, open read-only (so it never keeps its file system
+    from turning read-only); ``CheckpointError`` naming the holder if a live run holds it.
+    A dead run's lock is released by the kernel; its file stays."""
     try:
-        meta = manager.restore(step, args=ocp.args.Composite(record=ocp.args.JsonRestore()))
-        saved = meta.record
-        _check_fits(saved, options, data, folder / str(step))
-        restored = manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(_on_one_local_device(tree_shapes))))
-    except CheckpointError:
-        raise
-    except Exception as error:  # orbax raises many types for a corrupt or foreign folder
-        raise CheckpointError(f"cannot read the checkpoint {folder / str(step)}: "
-                              f"{type(error).__name__}: {error}") from error
-    finally:
-        manager.close()
-    state = _to_host(restored.state)
-    return Restored(state, int(saved["iteration"]), History.from_json(saved["history"]),
-                    folder / str(step))
+        import fcntl
+    except ImportError:  # no flock (Windows): no lock
+        return None
+    file = path / LOCK
+    try:
+        file.touch(exist_ok=True)
+        lock = open(file, encoding="utf-8")
+    except OSError as error:
+        raise CheckpointError(f"checkpoint_path {path} cannot be used: "
+                              f"{error.strerror or error}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise CheckpointError(f"checkpoint_path {path} is in use by another run ({holder}); "
+                              "wait for it to end, or give another folder") from None
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    with open(file, "w", encoding="utf-8") as note:  # who holds it, for the next one's message
+        note.write(f"pid {os.getpid()} on {socket.gethostname()}, started {started}: "
+                   f"{' '.join(sys.argv)[:200]}\n")
+    return lock
 
 
-def _locate(path: pathlib.Path) -> tuple[pathlib.Path, int]:
-    """(the run's folder, the iteration) of a run folder (newest) or a checkpoint folder."""
-    if path.name.isdigit() and (path / "record").exists():
-        return path.parent, int(path.name)
-    steps = sorted(int(p.name) for p in path.iterdir() if p.name.isdigit()
-                   and (p / "record").exists()) if path.is_dir() else []
-    if not steps:
-        raise CheckpointError(f"no checkpoint in {path} (resume= takes a checkpoint_path "
-                              "folder or one of its numbered checkpoint folders)")
-    return path, steps[-1]
+def _space_short(folder: pathlib.Path, tree) -> str | None:
+    """Why ``folder``'s file system cannot take a checkpoint of ``tree`` now, or None."""
+    import jax
+
+    needed = int(1.1 * sum(getattr(leaf, "nbytes", 0) for leaf in jax.tree.leaves(tree)))
+    try:
+        stats = os.statvfs(folder)
+    except (OSError, AttributeError):  # no statvfs (Windows): let the write tell
+        return None
+    free = stats.f_bavail * stats.f_frsize
+    if free < needed + (1 << 20):
+        return (f"No space left on device ({free / 2**20:.1f} MiB free, the checkpoint "
+                f"needs about {needed / 2**20:.1f} MiB)")
+    return None
 
 
-def _check_fits(saved: dict, options: TrainingOptions, data, where: pathlib.Path) -> None:
-    if saved.get("format") != FORMAT:
-        raise CheckpointError(f"{where} has checkpoint format {saved.get('format')!r}; this "
-                              f"version reads format {FORMAT}")
-    now, then = _recipe(options), saved["recipe"]
-    differ = [f"{k} ({then.get(k)!r} there, {now[k]!r} now)" for k in now
-              if then.get(k) != now[k]]
-    if differ:
-        raise CheckpointError(f"{where} was trained with other options: {', '.join(differ)}")
-    data_now, data_then = _data_record(data), saved["data"]
-    if data_now != data_then:
-        raise CheckpointError(f"{where} was trained on other data: {data_then} there, "
-                              f"{data_now} now")
-    steps_per_epoch = saved["history"]["steps_per_epoch"]
-    if saved["iteration"] > options.max_epochs * steps_per_epoch:
-        raise CheckpointError(f"{where} is at iteration {saved['iteration']}, beyond "
-                              f"max_epochs={options.max_epochs} ({steps_per_epoch} per epoch)")
+def _cause(error: BaseException) -> str:
+    """The first line of an orbax/tensorstore error, down to the OS's words where given."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    for words in ("No space left on device", "Read-only file system", "Permission denied",
+                  "Disk quota exceeded"):
+        if words in str(error):
+            return words
+    return text[:200]
 
 
-def _recipe(options: TrainingOptions) -> dict:
+def quiet_orbax() -> None:
+    """A failed write makes orbax log its tracebacks (through absl, and asyncio's "Task
+    exception was never retrieved") and tensorstore's late callbacks raise "Event loop is
+    closed" as unraisable exceptions; the failure reaches the user as one warning instead
+    (``JAXFLOWERS_DEBUG=1`` keeps all of it)."""
+    if os.environ.get("JAXFLOWERS_DEBUG") == "1":
+        return
+    for name in ("absl", "asyncio"):
+        if _drop_orbax not in logging.getLogger(name).filters:
+            logging.getLogger(name).addFilter(_drop_orbax)
+    if getattr(sys.unraisablehook, "__name__", "") != "_unraisable":
+        previous = sys.unraisablehook
+
+        def _unraisable(unraisable):
+            error = unraisable.exc_value
+            if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+                previous(unraisable)
+        sys.unraisablehook = _unraisable
+
+
+def _drop_orbax(record: logging.LogRecord) -> bool:
+    """Keep a log record unless it comes from orbax or reports one of orbax's errors."""
+    text = record.pathname + str(record.msg) + str(record.args)
+    if record.exc_info and record.exc_info[2] is not None:
+        frame = record.exc_info[2]
+        while frame is not None:
+            text += frame.tb_frame.f_code.co_filename
+            frame = frame.tb_next
+    return "orbax" not in text
+
+
+# ---------------------------------------------------------------- the record
+
+
+def record(iteration: int, history: History, options: TrainingOptions, data, *,
+           model=None, digests: dict | None = None, data_digest: str | None = None) -> dict:
+    """The JSON part of a checkpoint: where the run is, what it was trained with, and the
+    digests of its arrays (``tree_digests``) and training set (``data_digest``)."""
+    return {"format": FORMAT, "iteration": int(iteration), "history": history.to_json(),
+            "recipe": recipe(options), "data": data_record(data, data_digest),
+            "model": model_record(model), "digests": digests or {}}
+
+
+def recipe(options: TrainingOptions) -> dict:
+    """The options that decide what a run computes, as JSON-able values."""
     from jaxflowers.schedules import spans_training
 
     values = {name: getattr(options, name) for name in recipe_fields()}
@@ -162,35 +308,70 @@ def _recipe(options: TrainingOptions) -> dict:
     values["metrics"] = list(options.metrics)
     schedule = options.learn_rate_schedule
     values["learn_rate_schedule"] = schedule if isinstance(schedule, str) else repr(schedule)
-    values["schedule_epochs"] = (options.max_epochs if spans_training(schedule) else None)
+    values["schedule_epochs"] = options.max_epochs if spans_training(schedule) else None
     values["output_network"] = ("best-validation" if options.best_validation
                                 else "last-iteration")
     return values
 
 
-def _data_record(data) -> dict:
+def data_record(data, digest: str | None = None) -> dict:
     from jaxflowers.data.feed import image_shape
 
     return {"images": len(data), "image_shape": list(image_shape(data)),
-            "class_names": [str(c) for c in data.class_names]}
+            "class_names": [str(c) for c in data.class_names], "digest": digest}
 
 
-def _on_one_local_device(tree_shapes):
-    """The shapes, each placed whole on one device of this process: a checkpoint written on
-    other devices (another count, other processes) is read back into every process's own
-    memory, whatever topology wrote it."""
-    import jax
+def model_record(model) -> str | None:
+    """The network in words ("cifar_net(depth=1, num_classes=10)"), to compare on resume."""
+    if model is None:
+        return None
+    from jaxflowers.recipes import model_spec
 
     try:
-        device = jax.local_devices(backend="cpu")[0]  # host memory: the state goes there next
-    except RuntimeError:  # no CPU backend (JAX_PLATFORMS without "cpu")
-        device = jax.local_devices()[0]
-    sharding = jax.sharding.SingleDeviceSharding(device)
-    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-                        tree_shapes)
+        name, kwargs = model_spec(model)
+    except TypeError:
+        return type(model).__qualname__
+    return f"{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
 
 
-def _to_host(tree):
+def data_digest(data) -> str:
+    """xxh3-128 of a training set's images and labels (read once per run)."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    images = np.asarray(data.images)
+    step = max(1, (64 << 20) // max(1, images[0].nbytes)) if len(images) else 1
+    for start in range(0, len(images), step):  # chunks: a memory map is read, not copied
+        digest.update(np.ascontiguousarray(images[start:start + step]).data)
+    digest.update(np.ascontiguousarray(np.asarray(data.labels, np.int32)).data)
+    return digest.hexdigest()
+
+
+def tree_digests(tree, xp=np) -> dict:
+    """``{path: uint32}``: a position-dependent sum of every leaf's bits, exact in any order
+    of summation, so the devices compute it (``xp`` = jax.numpy, inside a program) and the
+    host checks it (numpy) bit for bit; a flipped bit changes it."""
     import jax
 
-    return jax.tree.map(np.asarray, tree)
+    def one(leaf):
+        bits = _bits(leaf, xp)
+        positions = xp.arange(bits.size, dtype=xp.uint32) * _SPREAD
+        return xp.sum((bits.reshape(-1) ^ positions) * _MIX, dtype=xp.uint32)
+
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {jax.tree_util.keystr(path): one(leaf) for path, leaf in flat}
+
+
+def _bits(leaf, xp):
+    if xp is np:
+        leaf = np.asarray(leaf)
+        return np.ascontiguousarray(leaf).view(np.uint32) if leaf.dtype.itemsize == 4 else \
+            leaf.astype(np.uint32)
+    import jax
+
+    return (jax.lax.bitcast_convert_type(leaf, xp.uint32) if leaf.dtype.itemsize == 4
+            else leaf.astype(xp.uint32))
+
+
+def hex_digests(digests: dict) -> dict:
+    return {path: f"{int(value):08x}" for path, value in digests.items()}

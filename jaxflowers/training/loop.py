@@ -22,6 +22,7 @@ import collections
 import dataclasses
 import math
 import signal
+import sys
 import time
 from typing import Any
 
@@ -29,6 +30,7 @@ import jax
 import numpy as np
 
 from jaxflowers.inference import metrics
+from jaxflowers.training.checkpoint import CheckpointSaveError
 from jaxflowers.training.early_stopping import EarlyStopping
 from jaxflowers.training.progress import Progress
 from jaxflowers.training.stop import StopReason, divergence_words
@@ -89,8 +91,8 @@ class TrainingLoop:
       schedule: the sync points.
       look_ahead: sync points by which the host reads results late (0 or 1).
       interrupt: a ``host.signals.Interrupt``, or None.
-      checkpoints: ``(checkpointer, record_fn)`` or None; ``record_fn(iteration)`` gives a
-        checkpoint's JSON record.
+      checkpoints: ``(checkpointer, record_fn)`` or None; ``record_fn(iteration, digests)``
+        gives a checkpoint's JSON record.
       early_stopping: judges the validations and keeps the networks they may return, or
         None (validated networks are then not copied).
 
@@ -145,7 +147,7 @@ class TrainingLoop:
         if self.checkpoints is None or self.stop is None or not self.stop.by_signal:
             return
         done = self.progress.iterations_done
-        if self.last_checkpoint is None or self.last_checkpoint[0] != done:
+        if self.last_checkpoint != done:
             self._save(done, self.program.tree_state(state))
 
     def _dispatch_extras(self, point: _SyncPoint, state) -> None:
@@ -203,11 +205,18 @@ class TrainingLoop:
                     float(block["loss"][count - 1]), self.progress.iterations_done))
 
     def _save(self, iteration: int, snapshot) -> None:
+        """Start the checkpoint of ``iteration``; a failed save warns, or stops the run."""
         checkpointer, record = self.checkpoints
         if self.early_stopping is not None:  # the best network so far travels along
             snapshot = {**snapshot, "best": self.early_stopping.best_so_far(snapshot)}
-        folder = checkpointer.save(iteration, snapshot, record(iteration))
-        self.last_checkpoint = (iteration, folder)
+        digests = self.program.digests(snapshot)
+        try:
+            if checkpointer.save(iteration, snapshot, record(iteration, digests)):
+                self.last_checkpoint = iteration
+        except CheckpointSaveError as error:
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            self._stop(StopReason.CHECKPOINT_FAILED, f"a checkpoint could not be written "
+                                                     f"at iteration {iteration}")
 
     def _stop(self, reason: StopReason, words: str | None = None) -> None:
         self.stop, self.stop_words = reason, words or reason.value

@@ -23,7 +23,7 @@ from jaxflowers.inference.forward import ForwardPass
 from jaxflowers.options.execution import Resolved
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.parallel.data_parallel import AXIS, REPLICATED, DataParallel, sharded
-from jaxflowers.training import feeding, population
+from jaxflowers.training import checkpoint, feeding, population
 from jaxflowers.training.layout import Layout, flat_layout
 from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
 from jaxflowers.training.step import (
@@ -87,6 +87,7 @@ class TrainProgram:
         self._unpack = (None if flat is None else
                         parallel.wrap(self.layout.variables, (REPLICATED,), REPLICATED))
         self._snapshot = parallel.wrap(self.layout.copy_variables, (REPLICATED,), REPLICATED)
+        self._digest = None  # the checkpoints' digest program, built at the first one
         # Population statistics: with batch norm pooled over the global batch (population.py).
         self.recomputes_statistics = (options.batch_normalization_statistics == "population"
                                       and bool(jax.tree.leaves(variables.get("batch_stats"))))
@@ -207,6 +208,14 @@ class TrainProgram:
         solver's per-parameter state as the model's tree. Safe to keep while training goes
         on (the next block donates ``state``, not the copy)."""
         return self._to_tree(state)
+
+    def digests(self, tree) -> dict:
+        """``checkpoint.tree_digests`` of a placed tree, computed on the devices (a small
+        reduction per leaf), as hex strings."""
+        if self._digest is None:
+            self._digest = self.parallel.wrap(
+                functools.partial(checkpoint.tree_digests, xp=jnp), (REPLICATED,), REPLICATED)
+        return checkpoint.hex_digests(self.parallel.get(self._digest(tree)))
 
     def tree_state_shapes(self):
         """Shapes and dtypes (no sharding) of ``tree_state``'s result."""

@@ -23,6 +23,7 @@ from jaxflowers.options.execution import ExecutionOptions
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.parallel.data_parallel import DataParallel, select_devices
 from jaxflowers.training import checkpoint as checkpoint_lib
+from jaxflowers.training import resume as resume_lib
 from jaxflowers.training.early_stopping import EarlyStopping, keeps_networks, returned_network
 from jaxflowers.training.history import History
 from jaxflowers.training.info import TrainingInfo
@@ -84,18 +85,20 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     shapes = program.tree_state_shapes()
     if keeps_networks(options):  # checkpoints hold the best network too
         shapes = {**shapes, "best": program.variable_shapes_local()}
-    restored = (checkpoint_lib.restore(resume, shapes, options, data)
-                if resume is not None else None)
-    return _Run(program, options, parallel, data, restored).execute()
+    digest = (checkpoint_lib.data_digest(data)
+              if resume is not None or options.checkpoint_path is not None else None)
+    restored = (resume_lib.restore(resume, shapes, options, data, model=program.model,
+                                   data_digest=digest) if resume is not None else None)
+    return _Run(program, options, parallel, data, restored, digest).execute()
 
 
 class _Run:
     """One training's pieces, put together: progress, checkpoints, the loop."""
 
     def __init__(self, program: TrainProgram, options: TrainingOptions,
-                 parallel: DataParallel, data, restored):
+                 parallel: DataParallel, data, restored, data_digest: str | None):
         self.program, self.options, self.parallel, self.data = program, options, parallel, data
-        self.restored = restored
+        self.restored, self.data_digest = restored, data_digest
         self.start = restored.iteration if restored else 0
         steps = program.feed.steps_per_epoch
         self.history = restored.history if restored else History(steps, options.metrics)
@@ -125,9 +128,7 @@ class _Run:
                                           self.history)
             finally:
                 self.program.feed.close()  # grain's readers, also on early stop or error
-                if checkpoints is not None:
-                    checkpoints[0].wait()
-                    checkpoints[0].close()
+                written = checkpoints[0].finish() if checkpoints is not None else None
         stopped_by = loop.stop or StopReason.MAX_EPOCHS
         info = progress.close(
             compile_time=compile_time, num_devices=self.parallel.num_devices,
@@ -135,7 +136,7 @@ class _Run:
             stopped_early=stopped_by is not StopReason.MAX_EPOCHS, stopped_by=stopped_by,
             stop_reason=loop.stop_words or stopped_by.value, **timings,
             **output.info_fields(self.options.metrics),
-            checkpoint=None if loop.last_checkpoint is None else str(loop.last_checkpoint[1]))
+            checkpoint=None if written is None else str(written))
         net = TrainedNet(model=self.program.model, variables=output.variables,
                          class_names=tuple(self.data.class_names),
                          normalization=ready.normalization, input_shape=self.program.input_shape)
@@ -155,10 +156,13 @@ class _Run:
     def _checkpointer(self):
         if self.options.checkpoint_path is None:
             return None
-        checkpointer = checkpoint_lib.Checkpointer(self.options.checkpoint_path,
-                                                   self.options.checkpoint_keep)
-        return checkpointer, lambda iteration: checkpoint_lib.record(
-            iteration, self.history, self.options, self.data)
+        checkpointer = checkpoint_lib.Checkpointer(
+            self.options.checkpoint_path, self.options.checkpoint_keep,
+            on_failure=self.options.checkpoint_failure, resuming=self.restored is not None,
+            owner=self.parallel.is_main_process, background=not self.parallel.multiprocess)
+        return checkpointer, lambda iteration, digests: checkpoint_lib.record(
+            iteration, self.history, self.options, self.data, model=self.program.model,
+            digests=digests, data_digest=self.data_digest)
 
     def _schedule(self) -> Schedule:
         opts, steps = self.options, self.program.feed.steps_per_epoch

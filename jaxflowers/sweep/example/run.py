@@ -21,6 +21,7 @@ import time
 from typing import Any, Mapping, Sequence, TextIO
 
 from jaxflowers import recipes
+from jaxflowers.host import signals
 from jaxflowers.sweep.example import report as results
 from jaxflowers.sweep.example.data import example_plan
 from jaxflowers.sweep.example.report import JobOutcome, ProgressTable
@@ -43,7 +44,7 @@ class SweepResult:
     progress_path: pathlib.Path | None  # the 2 x 2 (or larger) progress grid (PNG), if saved
     results_path: pathlib.Path | None  # sweep_results.json, if written
     log_dir: pathlib.Path  # one log per job: its MATLAB-style table and any traceback
-    interrupted: bool = False  # Ctrl-C stopped the sweep; finished jobs are reported
+    interrupted: str | None = None  # "SIGINT" or "SIGTERM" stopped it; finished jobs are kept
     best_net: Any = dataclasses.field(default=None, repr=False)  # the best TrainedNet
 
 
@@ -118,8 +119,8 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
 
     Returns:
       A :class:`SweepResult`. Failed, diverged or cancelled jobs are reported and never
-      chosen. Ctrl-C cancels the jobs still running, and what finished is still reported
-      and saved (``interrupted=True``).
+      chosen. Ctrl-C or SIGTERM cancels the jobs still running, and what finished is
+      still reported and saved (``interrupted`` names the signal).
 
     Raises:
       DataUnavailableError: before any job starts, when ``data`` cannot be loaded (a
@@ -138,7 +139,8 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
     out = _output_folder(out_dir)
     print(f"Data: {recipes.describe_plan(plan)}", file=stream)
     _prepare(plan, stream)  # before any job: the workers then only open finished caches
-    with DevicePool(devices, jobs_per_device, log_dir=out / "sweep-logs") as pool:
+    with signals.sigterm_raises(), DevicePool(devices, jobs_per_device,
+                                              log_dir=out / "sweep-logs") as pool:
         plot, table = _watch(pool, depths, stream, start)
         futures = [pool.submit(depth_job, data=plan, depth=d, max_epochs=epochs, seed=seed,
                                options_overrides=overrides) for d in depths]
@@ -150,8 +152,8 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
         best_net, _, test_codes = outputs[best]
         test = _evaluate(best_net, test_codes, plan, depths[best], stream)
     wall = time.perf_counter() - start
-    facts = dict(data=recipes.describe_plan(plan), epochs=int(epochs), seed=seed, interrupted=interrupted,
-                 wall_time=wall, log_dir=str(pool.log_dir))
+    facts = dict(data=recipes.describe_plan(plan), epochs=int(epochs), seed=seed,
+                 interrupted=interrupted, wall_time=wall, log_dir=str(pool.log_dir))
     summary = results.summary(outcomes, best=best, test=test and test[0],
                               metrics=results.write_metrics(outcomes, out), **facts)
     results_path = out / "sweep_results.json"
@@ -199,17 +201,17 @@ def _watch(pool: DevicePool, depths: tuple[int, ...], stream: TextIO,
     return plot, table
 
 
-def _wait(futures, pool: DevicePool, stream: TextIO) -> bool:
-    """Wait for every job; on Ctrl-C cancel those still queued or running. Returns whether
-    the sweep was interrupted."""
+def _wait(futures, pool: DevicePool, stream: TextIO) -> str | None:
+    """Wait for every job; on SIGINT or SIGTERM cancel those still queued or running.
+    Returns the signal that interrupted the sweep ("SIGINT", "SIGTERM") or None."""
     try:
         concurrent.futures.wait(futures)
-        return False
-    except KeyboardInterrupt:
-        pool.terminate()  # (the pool's SIGINT handler has done so already)
-        print("Interrupted: the jobs still running are cancelled; reporting those that "
-              "finished", file=stream, flush=True)
-        return True
+        return None
+    except KeyboardInterrupt as stop:
+        pool.terminate()  # (the pool's signal handler has done so already)
+        print(f"{signals.signal_words(stop, capital=True)}: the jobs still running are "
+              "cancelled; reporting those that finished", file=stream, flush=True)
+        return "SIGTERM" if isinstance(stop, signals.Terminated) else "SIGINT"
 
 
 def _fetch(futures, depths) -> tuple[list, list[JobOutcome]]:
