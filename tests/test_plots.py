@@ -186,3 +186,15 @@ def test_import_is_light_and_charts_never_open_windows():
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "agg"
+
+
+def test_a_class_named_by_undecodable_bytes_is_drawn_not_lost(tmp_path):
+    """A folder name that is not UTF-8 becomes a str with surrogate escapes, which no font
+    draws: the chart shows its bytes instead of failing (the sweep's chart was lost)."""
+    import os
+
+    name = os.fsdecode(b"caf\xe9")
+    chart = plots.confusion_chart([0, 1, 1], [0, 1, 0], [name, "b"], title=f"of {name}")
+    chart.savefig(tmp_path / "chart.png")
+    assert chart.class_names == [name, "b"]
+    assert [t.get_text() for t in chart.ax.get_yticklabels()] == ["caf\\xe9", "b"]

@@ -19,6 +19,12 @@ import numpy as np
 BLUE, RED = np.array([0.0, 0.447, 0.741]), np.array([0.85, 0.325, 0.098])
 
 
+def shown(text) -> str:
+    """``text`` as a figure can draw it: a name from undecodable file-name bytes (Python's
+    surrogate escapes, which fonts cannot render) shows those bytes as ``\\xNN``."""
+    return str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def in_jupyter() -> bool:
     """True inside a Jupyter (IPython kernel) session; never imports IPython itself."""
     ipython = sys.modules.get("IPython")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jaxflowers.inference.labels import confusion_matrix
-from jaxflowers.plots.backend import BLUE, RED, pyplot
+from jaxflowers.plots.backend import BLUE, RED, pyplot, shown
 
 __all__ = ["ConfusionChart", "confusion_chart"]
 
@@ -108,6 +108,7 @@ def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-n
     names = [str(c) for c in class_names]
     k, counts = len(names), confusion_matrix(true_labels, pred_labels, names,
                                               caller="confusion_chart")
+    labels = [shown(name) for name in names]
     normalization = _check_mode("normalization", normalization, _MODES[1:])
     rows = _check_mode("row_summary", row_summary, _MODES[:3] + _MODES[4:])
     cols = _check_mode("column_summary", column_summary, _MODES[:2] + _MODES[3:])
@@ -118,13 +119,13 @@ def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-n
     values = _normalize(counts, normalization)
     _draw_cells(ax, values, np.eye(k, dtype=bool), normalization != "absolute")
     ax.set(xticks=range(k), yticks=range(k), xlabel="Predicted Class", ylabel="True Class")
-    ax.set_xticklabels(names, rotation=90 if max(map(len, names), default=0) > 4 else 0)
-    ax.set_yticklabels(names)
+    ax.set_xticklabels(labels, rotation=90 if max(map(len, labels), default=0) > 4 else 0)
+    ax.set_yticklabels(labels)
     if title is None:
         total = int(counts.sum())
         title = f"{total} samples, {_percent(np.trace(counts), total):.1f}% correct"
     if title:
-        ax.set_title(title)
+        ax.set_title(shown(title))
     if rows or cols:
         from mpl_toolkits.axes_grid1 import make_axes_locatable
 
