@@ -147,7 +147,8 @@ def trace_summary(folder: str, top: int = 30) -> list[str]:
         threads[name].add(event["tid"])
     lines = [f"{path}: {len(events)} events"]
     for name, seconds in sorted(total.items(), key=lambda kv: -kv[1])[:top]:
-        lines.append(f"{seconds:9.3f} s  n={count[name]:6d}  threads={len(threads[name]):3d}  {name}")
+        lines.append(f"{seconds:9.3f} s  n={count[name]:6d}  "
+                     f"threads={len(threads[name]):3d}  {name}")
     return lines
 
 

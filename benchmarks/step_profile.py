@@ -19,6 +19,7 @@ import glob
 import gzip
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -195,7 +196,7 @@ def summarize(path, steps, tag):
         for x in es:
             agg[x["name"]][0] += x["dur"]; agg[x["name"]][1] += 1
         cats = collections.defaultdict(float)
-        for nm, (d, c) in agg.items():
+        for nm, (d, _) in agg.items():
             l = nm.lower()
             cat = ("nccl" if "nccl" in l else "conv/gemm" if any(l.startswith(s) for s in ("sm90", "nvjet", "void cutlass", "_zn17cutlass", "cutlass", "xmma", "void xmma"))
                    else "reduce" if "reduc" in l else "transpose/copy" if ("transpose" in l or "copy" in l) else "fusion/other")
@@ -229,7 +230,7 @@ for w in WHICH:
     if fs:
         summarize(fs[0], 5, w)
         if os.environ.get("SAVE_TRACE") and w in os.environ["SAVE_TRACE"]:
-            import shutil; shutil.copy(fs[0], f"{OUT}/trace_{w}.json.gz")
+            shutil.copy(fs[0], f"{OUT}/trace_{w}.json.gz")
     else: log("no perfetto trace", glob.glob(f"{d}/**", recursive=True))
 json.dump(rows, open(f"{OUT}/step_profile.json", "w"), indent=1)
 open(f"{OUT}/step_profile.txt", "w").write("\n".join(report))

@@ -75,7 +75,7 @@ def cancel_to_reuse(pool, repeats: int) -> dict:
     for _ in range(repeats):
         sleepers = [pool.submit(sleeper, 60) for _ in range(pool.num_slots)]
         with changed:
-            changed.wait_for(lambda: all(f.job_index in running for f in sleepers), 120)
+            changed.wait_for(lambda s=sleepers: all(f.job_index in running for f in s), 120)
         queued = pool.submit(started)
         t0 = time.time()
         sleepers[0].cancel()
@@ -91,7 +91,8 @@ def cancel_to_reuse(pool, repeats: int) -> dict:
 def interpreter_costs(repeats: int) -> dict:
     """Seconds for `python -c pass` and for importing the worker module."""
     costs = {}
-    for name, code in (("python_s", "pass"), ("import_worker_s", "import jaxflowers.sweep.backends.worker")):
+    for name, code in (("python_s", "pass"),
+                       ("import_worker_s", "import jaxflowers.sweep.backends.worker")):
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()

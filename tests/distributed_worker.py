@@ -96,7 +96,8 @@ def _train_task(out: pathlib.Path, second_call_error: str) -> None:
     arrays = {f"resident{k}": v for k, v in _flat(net.variables).items()}
     arrays.update({f"stream{k}": v for k, v in _flat(net_s.variables).items()})
     np.savez(out / f"process{jax.process_index()}.npz", **arrays, loss=info.loss,
-             stream_loss=info_s.loss, stream_stopped=info_s.stopped_early, scores=scores, num_devices=info.num_devices,
+             stream_loss=info_s.loss, stream_stopped=info_s.stopped_early, scores=scores,
+             num_devices=info.num_devices,
              step_time=info.train_time / len(info.loss), wall=time.perf_counter() - t0,
              second_call_error=second_call_error, pmap_error=pmap_error,
              checkpoint=str(info.checkpoint))

@@ -104,7 +104,8 @@ def test_parse_model_and_options():
     strong = bench.config_options(spec, settings, strategy="pmap", scaling="strong",
                                   devices=2, largest=4)
     # Adam by default (1e-3 per 16 images), the learning rate scaled with the batch.
-    assert (weak.solver, weak.mini_batch_size, weak.learn_rate) == ("adam", 64, pytest.approx(0.004))
+    assert (weak.solver, weak.mini_batch_size, weak.learn_rate) == (
+        "adam", 64, pytest.approx(0.004))
     assert (strong.mini_batch_size, strong.learn_rate) == (64, pytest.approx(0.001))
     sgdm = bench.config_options(spec, bench.BenchSettings(per_device_batch=16, solver="sgdm"),
                                 strategy="pmap", scaling="weak", devices=4, largest=4)

@@ -1,16 +1,20 @@
 """The resize cache: reuse without decoding, keys, integrity, atomic process-safe builds."""
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+import warnings
 
 import numpy as np
 import pytest
 from PIL import Image
 
+import jaxflowers as jf
 from jaxflowers.data import cache as cache_lib
 from jaxflowers.data import imread
 from jaxflowers.data.folder import ImageFolder
@@ -356,3 +360,57 @@ def test_a_decode_process_that_dies_fails_the_build_with_its_stderr(tmp_path, mo
                                 _read, image_size=(4, 5), cache_dir=tmp_path / "c", workers=2,
                                 processes=True)
     assert [f for f in os.listdir(tmp_path / "c") if not f.endswith(".lock")] == []
+
+
+def _class_folders(root: pathlib.Path, per_class: int = 3, classes=("a", "b"), size=(9, 7)):
+    """PNG class folders; class c's image i is the colour (100 c, 20 i, 50)."""
+    for c, name in enumerate(classes):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            Image.new("RGB", size, (100 * c, 20 * i, 50)).save(root / name / f"{i}.png")
+    return root
+
+
+def _blocked(tmp_path) -> pathlib.Path:
+    """A file: folders "inside" it cannot be created, even by root."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    return blocker
+
+
+def test_an_unwritable_resize_cache_folder_is_a_warning_and_the_images_load(tmp_path,
+                                                                           monkeypatch):
+    root = _class_folders(tmp_path / "photos")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    folder = _blocked(tmp_path) / "cache"
+    with pytest.warns(UserWarning, match=f"resize cache folder {re.escape(str(folder))} cannot "
+                                         "be written \\(Not a directory\\); going on without"):
+        images = np.array(jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=folder).images)
+    assert images[:, 0, 0].tolist() == [[100 * c, 20 * i, 50] for c in range(2) for i in range(3)]
+    assert os.listdir(scratch) == []  # the temporary file is gone
+
+
+def test_a_read_only_folder_with_a_valid_resize_cache_is_used(tmp_path, monkeypatch,
+                                                              count_decodes):
+    from jaxflowers.data import cache as cache_lib
+
+    root = _class_folders(tmp_path / "photos")
+    first = np.array(jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images)
+    monkeypatch.setattr(cache_lib, "unwritable", lambda folder: "Read-only file system")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images
+    np.testing.assert_array_equal(again, first)
+    assert len(count_decodes) == 6  # the first build only
+
+
+def test_a_corrupted_resize_cache_is_rebuilt_with_a_warning(tmp_path, count_decodes):
+    root = _class_folders(tmp_path / "photos")
+    path = jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").cache_path
+    os.truncate(path, os.path.getsize(path) - 10)
+    with pytest.warns(UserWarning, match=f"resize cache {re.escape(path)} is invalid .*; "
+                                         "rebuilding it"):
+        images = jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images
+    assert images[:, 0, 0].tolist()[3] == [100, 0, 50] and len(count_decodes) == 12

@@ -146,7 +146,8 @@ def test_a_kill_during_a_save_leaves_a_usable_checkpoint(tmp_path):
         assert complete, list(folder.iterdir())
         net, info = jf.train(train, _model(), _options(
             max_epochs=200, validation_data=None,
-            output_fn=lambda m: m.get("iteration", 0) >= 2 + complete[-1]), resume=folder)
+            output_fn=lambda m, last=complete[-1]: m.get("iteration", 0) >= 2 + last),
+            resume=folder)
         assert info.iteration[-1] > complete[-1]
 
 

@@ -1,8 +1,14 @@
 """The persistent compilation cache: a second process loads what the first compiled."""
 import os
 import pathlib
+import re
 import subprocess
 import sys
+
+import jax
+import pytest
+
+import jaxflowers as jf
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAM = """
@@ -46,3 +52,22 @@ def test_default_folder_is_inside_the_jaxflowers_cache_dir(tmp_path, monkeypatch
     env.pop("JAXFLOWERS_COMPILE_CACHE", None)
     folder, _ = _run(env)
     assert pathlib.Path(folder) == tmp_path / "xla" and any((tmp_path / "xla").iterdir())
+
+
+def _blocked(tmp_path) -> pathlib.Path:
+    """A file: folders "inside" it cannot be created, even by root."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    return blocker
+
+
+def test_an_unwritable_compilation_cache_folder_is_a_warning(tmp_path, monkeypatch):
+    folder = _blocked(tmp_path) / "xla"
+    before = jax.config.jax_compilation_cache_dir
+    with pytest.warns(UserWarning, match=f"compilation cache folder {re.escape(str(folder))} "
+                                         "cannot be written .*going on without the cache"):
+        assert jf.enable_compilation_cache(folder) is None
+    monkeypatch.setenv("JAXFLOWERS_COMPILE_CACHE", str(folder))
+    with pytest.warns(UserWarning, match="set JAXFLOWERS_COMPILE_CACHE to another folder"):
+        assert jf.enable_compilation_cache() is None
+    assert jax.config.jax_compilation_cache_dir == before

@@ -91,7 +91,8 @@ def one_process():
 def _assert_close(flat: dict, prefix: str, tree, rtol=1e-5):
     """Leaf-wise ||a - b|| <= rtol ||b|| for the worker's flattened ``prefix`` leaves."""
     for path, b in jax.tree_util.tree_leaves_with_path(tree):
-        a, b = flat[prefix + jax.tree_util.keystr(path)].astype(np.float64), np.asarray(b, np.float64)
+        a = flat[prefix + jax.tree_util.keystr(path)].astype(np.float64)
+        b = np.asarray(b, np.float64)
         assert np.linalg.norm(a - b) <= rtol * np.linalg.norm(b), jax.tree_util.keystr(path)
 
 
@@ -219,7 +220,7 @@ def test_processes_that_never_join_are_named_within_the_timeout(tmp_path):
     waited = time.monotonic() - start
     line = (f"error: process 2 of 3 never joined the coordinator at {address} within 10 s; "
             "start every process with the same command and its own id")
-    for proc, (out, err) in zip(procs, outputs):
+    for proc, (_, err) in zip(procs, outputs):
         assert proc.returncode == 2 and err.strip().splitlines() == [line], err[-3000:]
     assert waited < 45
 

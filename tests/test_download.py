@@ -8,12 +8,14 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import os
 import pathlib
 import tarfile
 import threading
 
 import pytest
 
+import jaxflowers as jf
 from jaxflowers.data import download as dl
 
 CLASSES = ("daisy", "dandelion", "roses", "sunflowers", "tulips")
@@ -301,3 +303,35 @@ def test_fsspec_url(tmp_path):
     root = dl.download_flowers(tmp_path, url="memory://bucket/flower_photos.tgz",
                                sha256=_sha(data), progress=False)
     assert (root / "tulips" / "001.jpg").read_bytes() == b"tulips1" * 64
+
+
+def _archive(tmp_path, members: dict) -> tuple[str, str]:
+    """A .tgz of ``members`` (name -> bytes) as a file:// URL, and its sha256."""
+    import hashlib
+    import io
+
+    path = tmp_path / "photos.tgz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path.as_uri(), hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_an_archive_with_the_wrong_sha256_is_deleted_and_nothing_extracted(tmp_path):
+    url, _ = _archive(tmp_path, {"photos/a/1.jpg": b"x"})
+    dest = tmp_path / "dest"
+    with pytest.raises(jf.data.ChecksumError, match=r"sha256 mismatch for .*photos\.tgz: "
+                                                    r"expected 0{64}"):
+        jf.data.download_and_extract(url, dest, sha256="0" * 64, progress=False)
+    assert os.listdir(dest) == []
+
+
+def test_an_archive_escaping_its_folder_is_refused_whole(tmp_path):
+    url, sha = _archive(tmp_path, {"photos/a/1.jpg": b"x", "../evil.sh": b"rm -rf ~"})
+    dest = tmp_path / "dest"
+    with pytest.raises(jf.data.UnsafeArchiveError, match=r"member '\.\./evil\.sh' has an "
+                                                         r"absolute path or a '\.\.' component"):
+        jf.data.download_and_extract(url, dest, sha256=sha, progress=False)
+    assert not (tmp_path / "evil.sh").exists() and not (dest / "photos").exists()

@@ -3,6 +3,8 @@ import functools
 import http.server
 import io
 import os
+import pathlib
+import re
 import socket
 import sys
 import threading
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import jaxflowers as jf
 from jaxflowers.data import folder as folder_lib
 from jaxflowers.data.folder import ImageFolder
 from jaxflowers.data.imageset import ImageSet
@@ -407,3 +410,31 @@ def test_missing_fsspec_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "fsspec", None)  # makes "import fsspec" fail
     with pytest.raises(ImportError, match=r"pip install jaxflowers\[remote\]"):
         ImageFolder("s3://bucket/prefix")
+
+
+def _class_folders(root: pathlib.Path, per_class: int = 3, classes=("a", "b"), size=(9, 7)):
+    """PNG class folders; class c's image i is the colour (100 c, 20 i, 50)."""
+    for c, name in enumerate(classes):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            Image.new("RGB", size, (100 * c, 20 * i, 50)).save(root / name / f"{i}.png")
+    return root
+
+
+def test_a_truncated_image_is_named_and_no_cache_is_left(tmp_path):
+    root = _class_folders(tmp_path / "photos")
+    good = (root / "a" / "0.png").read_bytes()
+    (root / "b" / "broken.png").write_bytes(good[:len(good) // 2])
+    ds = jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "cache")
+    with pytest.raises(OSError, match=r"cannot read image .*broken\.png: .*on_error='skip'"):
+        ds.images
+    assert not [p for p in os.listdir(tmp_path / "cache") if not p.endswith(".lock")]
+
+
+def test_a_class_folder_without_images_is_named(tmp_path):
+    root = _class_folders(tmp_path / "photos")
+    (root / "c").mkdir()
+    (root / "c" / "notes.txt").write_text("no pictures here")
+    with pytest.raises(ValueError, match=f"class folder '{re.escape(str(root / 'c'))}' \\('c'\\) "
+                                         r"contains no image files .*notes\.txt"):
+        jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "cache")

@@ -56,7 +56,8 @@ def test_the_import_graph_has_no_cycles():
 def test_data_knows_nothing_of_devices_or_training():
     """Feeds supply host arrays; placing and compiling is the training program's job."""
     graph = _graph()
-    banned = ("jaxflowers.parallel.data_parallel", "jaxflowers.training.step", "jaxflowers.training.run",
+    banned = ("jaxflowers.parallel.data_parallel", "jaxflowers.training.step",
+              "jaxflowers.training.run",
               "jaxflowers.training.program", "jaxflowers.training.loop")
     for name, targets in graph.items():
         if name.startswith("jaxflowers.data"):

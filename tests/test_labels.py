@@ -10,7 +10,8 @@ NAMES = ("cat", "dog", "fox")
 
 def test_non_finite_scores_are_refused_instead_of_becoming_class_0():
     scores = np.array([[0.1, 0.7, 0.2], [np.nan, np.nan, np.nan], [0.5, np.inf, 0.1]])
-    with pytest.raises(ValueError, match=r"scores of 2 of 3 images are not finite \(first: row 1\)"):
+    with pytest.raises(ValueError,
+                       match=r"scores of 2 of 3 images are not finite \(first: row 1\)"):
         jf.scores_to_labels(scores, NAMES)
     assert list(jf.scores_to_labels(scores[:1], NAMES)) == ["dog"]
 

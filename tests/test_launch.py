@@ -1,4 +1,5 @@
-"""jaxflowers.host.processes: the one way the package starts ``python -m jaxflowers...`` processes."""
+"""jaxflowers.host.processes: the one way the package starts ``python -m jaxflowers...``
+processes."""
 import ast
 import os
 import subprocess

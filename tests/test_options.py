@@ -1,4 +1,5 @@
 """TrainingOptions validation, the device scaling rule and the learning-rate schedule."""
+
 import numpy as np
 import pytest
 
@@ -46,7 +47,8 @@ from jaxflowers.training.optimizer import learn_rate_schedule
     ("initial_learn_rate", 0.0, r"initial_learn_rate=0.0 must be a finite number in \(0, inf\]"),
     ("initial_learn_rate", float("nan"), "initial_learn_rate=nan"),
     ("l2_regularization", -1e-4, "l2_regularization=-0.0001"),
-    ("learn_rate_drop_factor", 1.5, r"learn_rate_drop_factor=1.5 must be a finite number in \[0, 1\]"),
+    ("learn_rate_drop_factor", 1.5,
+     r"learn_rate_drop_factor=1.5 must be a finite number in \[0, 1\]"),
     ("momentum", 1.0, r"momentum=1.0 must be a finite number in \[0, 1\)"),
     ("gradient_decay_factor", -0.1, "gradient_decay_factor=-0.1"),
     ("squared_gradient_decay_factor", 2, "squared_gradient_decay_factor=2"),
@@ -146,7 +148,8 @@ def test_constant_schedule():
 def test_squared_gradient_decay_defaults_follow_matlab_per_solver():
     assert jf.TrainingOptions(solver="rmsprop").squared_decay == 0.9
     assert jf.TrainingOptions(solver="adam").squared_decay == 0.999
-    assert jf.TrainingOptions(solver="rmsprop", squared_gradient_decay_factor=0.5).squared_decay == 0.5
+    options = jf.TrainingOptions(solver="rmsprop", squared_gradient_decay_factor=0.5)
+    assert options.squared_decay == 0.5
     assert jf.TrainingOptions(solver="rmsprop").learn_rate == 0.001
 
 
@@ -213,3 +216,14 @@ def test_a_sequence_runs_each_schedule_from_where_the_last_ended():
     position = np.select([k < 2, k < 6], [k / 2, (k - 2) / 4], (k - 6) / 8)
     np.testing.assert_allclose(restarts, 0.1 * 0.5 * (1 + np.cos(np.pi * position)),
                                rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(mini_batch_size=0), r"mini_batch_size=0 must be an integer >= 1"),
+    (dict(solver="adamw"), r"solver='adamw' is not allowed; use one of sgdm, rmsprop, adam"),
+    (dict(initial_learn_rate=float("nan")), r"initial_learn_rate=nan must be a finite number"),
+    (dict(validation_data=[1, 2]), r"validation_data=list lacks images, labels, class_names"),
+])
+def test_a_bad_option_names_field_value_and_what_is_allowed(options, message):
+    with pytest.raises(ValueError, match=message):
+        jf.TrainingOptions(**options)

@@ -12,7 +12,8 @@ import jaxflowers.data as data
 assert "jax" not in sys.modules, "import jaxflowers imported jax"
 assert data.ImageFolder.__name__ == "ImageFolder" and "jax" not in sys.modules
 assert "ImageFolder" in dir(data) and "train" in dir(jf) and "sweep" in dir(jf)
-import jaxflowers.training.run  # binds the submodule on the package: jf.train must stay the function
+# Binds the submodule on the package: jf.train must stay the function.
+import jaxflowers.training.run
 assert callable(jf.train) and jf.train.__module__ == "jaxflowers.training.run"
 assert jf.models.resnet50 is jf.models.resnet50
 try:

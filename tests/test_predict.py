@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_saving import tiny_net
 
 import jaxflowers as jf
 
@@ -121,3 +122,22 @@ def test_predict_after_train_reuses_the_compiled_validation_pass():
     assert [int(r[2]) for r in rows][::2] == [0, 0], rows  # the validation pass itself
     assert int(rows[1][2]) >= 3 and int(rows[3][2]) == 0, rows  # compiled once, then reused
     assert all(r[3] == "True" for r in rows), rows  # the final validation's accuracy
+
+
+def test_predict_on_no_images_gives_an_empty_score_table():
+    net = tiny_net()
+    scores = jf.predict(net, np.zeros((0, 32, 32, 3), np.uint8))
+    assert scores.shape == (0, 2) and scores.dtype == np.float32
+    labels, scores = jf.classify(net, np.zeros((0, 32, 32, 3), np.uint8))
+    assert labels.shape == (0,) and scores.shape == (0, 2)
+
+
+@pytest.mark.parametrize("images, message", [
+    (np.zeros((2, 32, 32, 3), np.float32), r"predict needs uint8 images \(n, H, W, C\); got "
+                                           "float32"),
+    (np.zeros((2, 28, 32, 3), np.uint8), r"images are \(28, 32, 3\) but the network was "
+                                         r"trained on \(32, 32, 3\)"),
+])
+def test_predict_refuses_images_the_network_cannot_take(images, message):
+    with pytest.raises(ValueError, match=message):
+        jf.predict(tiny_net(), images)

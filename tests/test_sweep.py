@@ -494,3 +494,23 @@ def test_train_job_end_to_end(tmp_path):
     accuracy = 100 * np.mean(predicted == held_out.labels)
     assert accuracy == pytest.approx(info.final_validation_accuracy, abs=0.3)
     assert info.final_validation_accuracy > 20, "chance is 10 %"
+
+
+def test_a_killed_sweep_worker_fails_only_its_job_and_no_process_is_left(tmp_path):
+    import psutil
+    import sweep_jobs
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    pool = jf.sweep.DevicePool(2, log_dir=tmp_path / "logs")
+    try:
+        killed = pool.submit(sweep_jobs.fail, "oom-killed")  # SIGKILL, as the OOM killer
+        fine = pool.submit(sweep_jobs.add, 1, 2)
+        error = killed.exception(timeout=120)
+        assert isinstance(error, jf.sweep.JobError) and error.signal_name == "SIGKILL"
+        assert "out of memory" in str(error) and "about to fail" in error.log_tail
+        assert fine.result(timeout=120) == 3
+    finally:
+        pool.shutdown(wait=True)
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    _, alive = psutil.wait_procs(left, timeout=5)
+    assert not alive, alive

@@ -50,7 +50,8 @@ def _check_outputs(out: str, depths: list[int], folder: pathlib.Path) -> dict[in
         rows = re.findall(rf"^\s+{job}\s+{depth}\s+(\d+)\s+\d+\s+[\d.]+%\s+[\d.]+%$", out, re.M)
         assert rows and rows[0] == "1", out
     final = {int(d): float(a) for d, a in
-             re.findall(r"^  job \d+ \(depth (\d+)\): ([\d.]+)% \(compile [\d.]+ s, training [\d.]+ s; "
+             re.findall(r"^  job \d+ \(depth (\d+)\): ([\d.]+)% \(compile [\d.]+ s, "
+                        r"training [\d.]+ s; "
                           r"first step at [\d.]+ s, done at [\d.]+ s\)$", out, re.M)}
     assert sorted(final) == sorted(depths), out
     best = int(re.search(r"^Best network: depth (\d+)", out, re.M).group(1))
@@ -121,7 +122,8 @@ def test_cli_sweep_without_prepared_cifar10_says_what_to_use_instead(tmp_path):
 
 def test_the_caller_imports_no_jax_before_its_jobs_start(tmp_path):
     code = ("import sys\nfrom jaxflowers.cli.entry import main\n"
-            "from jaxflowers.sweep import DevicePool\nfrom jaxflowers.sweep.example import example_plan\n"
+            "from jaxflowers.sweep import DevicePool\n"
+            "from jaxflowers.sweep.example import example_plan\n"
             "from jaxflowers.sweep.example import run as example\n"
             "plan = example_plan('digits')\n"
             "from jaxflowers.sweep.jobs import job_options\n"
@@ -183,7 +185,8 @@ def test_load_sets_splits_digits_three_ways_and_deterministically():
     digits = example_plan("digits", seed=1)
     train, validation, test = recipes.load_plan(digits)
     assert (len(train), len(validation), len(test)) == (1438, 179, 180)
-    assert recipes.describe_plan(digits).startswith("the handwritten digits embedded in scikit-learn")
+    assert recipes.describe_plan(digits).startswith(
+        "the handwritten digits embedded in scikit-learn")
     again = recipes.load_plan(digits)[2]
     assert (again.images == test.images).all() and set(test.labels) == set(range(10))
 

@@ -66,7 +66,8 @@ def test_final_validation_matches_predict(run, small):
 
 def test_verbose_table_rows(run):
     *_, out = run
-    rows = [line for line in out.splitlines() if line.startswith("|") and line[2:9].strip().isdigit()]
+    rows = [line for line in out.splitlines()
+            if line.startswith("|") and line[2:9].strip().isdigit()]
     iterations = [int(r.split("|")[2]) for r in rows]
     assert iterations == [1, 4, 5, 8, 10, 12]  # first, every 4th, validations, last
     assert "Training on 4 cpu devices" in out and "(4 per device)" in out
@@ -145,7 +146,8 @@ def test_bad_training_setups_fail_before_compiling(small, kwargs, message):
 
 def test_validation_data_of_another_size_is_refused(small, digits):
     train, _ = small
-    other = jf.data.ImageSet(np.zeros((4, 16, 16, 3), np.uint8), np.zeros(4, int), digits.class_names)
+    other = jf.data.ImageSet(np.zeros((4, 16, 16, 3), np.uint8), np.zeros(4, int),
+                             digits.class_names)
     with pytest.raises(ValueError, match=r"validation_data images are \(16, 16, 3\)"):
         jf.train(train, jf.models.cifar_net(1),
                  jf.TrainingOptions(mini_batch_size=16, validation_data=other, verbose=False))
