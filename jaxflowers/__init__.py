@@ -1,8 +1,7 @@
 """jaxflowers: train image classifiers on every local GPU with JAX, Flax and Optax.
 
-MATLAB names map to these (README): ``trainingOptions`` -> ``TrainingOptions``, ``trainnet``
--> ``train``, ``minibatchpredict`` -> ``predict``, ``scores2label`` -> ``scores_to_labels``.
-Names load on first use (``lazy_loader``), so ``import jaxflowers`` imports no JAX.
+MATLAB's ``trainingOptions``, ``trainnet``, ``minibatchpredict`` are ``TrainingOptions``,
+``train``, ``predict``. Names load on first use, so ``import jaxflowers`` imports no JAX.
 """
 import lazy_loader
 

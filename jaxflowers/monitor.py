@@ -1,14 +1,7 @@
 """GPU monitor: MATLAB's GPU Monitor as a sampling thread over NVML.
 
-``pynvml`` (the ``nvidia-ml-py`` package) is imported only when a monitor starts, so
-``import jaxflowers`` stays fast and works where there is no driver. Without NVML or
-without GPUs a monitor prints one line, records nothing and never raises.
-
-NVML numbers GPUs like ``nvidia-smi`` (PCI bus order). CUDA and JAX number only the GPUs
-that ``CUDA_VISIBLE_DEVICES`` shows, so ``devices=`` takes those visible ordinals and the
-monitor maps them back to NVML indices. Integer entries of ``CUDA_VISIBLE_DEVICES`` are
-taken as NVML indices, which is what CUDA does with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and
-on any machine whose GPUs are all of one model.
+``pynvml`` loads only when a monitor starts; without NVML or GPUs a monitor prints one line,
+records nothing and never raises. ``devices`` are CUDA's ordinals, mapped to NVML's.
 """
 from __future__ import annotations
 
@@ -50,6 +43,7 @@ def _open_nvml():
 
 def _visible_indices(physical: list[tuple[str, str]]) -> list[int]:
     """NVML indices of the GPUs CUDA shows, in CUDA's order, from ``CUDA_VISIBLE_DEVICES``."""
+    # why integers are NVML indices: CUDA agrees with CUDA_DEVICE_ORDER=PCI_BUS_ID or one model.
     return [i for _, i in gpus.cuda_order(os.environ.get("CUDA_VISIBLE_DEVICES"), physical)]
 
 
@@ -80,22 +74,13 @@ def _quiet(fn, values: np.ndarray) -> np.ndarray:
 
 
 class GPUMonitor:
-    """Record utilisation, memory, power and temperature of GPUs in a background thread.
+    """Record GPU use, memory, power, temperature in a thread (MATLAB: the GPU Monitor).
 
-    MATLAB: the GPU Monitor (``gpuDevice`` / Resource Monitor). Use as a context manager
-    (``with GPUMonitor() as mon: ...``) or with ``start()`` / ``stop()``. A sample is taken
-    when the monitor starts, every ``interval`` seconds, and when it stops.
+    A context manager, or ``start()``/``stop()``; samples at start, every ``interval`` s, at stop.
 
     Args:
-      interval: seconds between samples (float > 0).
-      devices: which GPUs to watch: None for all that ``CUDA_VISIBLE_DEVICES`` shows; an
-        int or a list of visible ordinals (JAX's GPU ids); or GPU UUID strings
-        (``"GPU-3b1f..."``, prefixes allowed).
-
-    Attributes (set by ``start()``):
-      devices: NVML indices (``nvidia-smi`` numbering) of the watched GPUs, list[int].
-      names: their product names, list[str].
-      reason: why nothing is recorded, or None.
+      interval: seconds between samples (> 0).
+      devices: None (all visible), visible ordinals (int or list), or GPU UUID (prefix) strings.
     """
 
     def __init__(self, interval: float = 1.0, devices=None):
@@ -104,9 +89,9 @@ class GPUMonitor:
                              "of seconds")
         self.interval = float(interval)
         self._requested = devices
-        self.devices: list[int] = []
-        self.names: list[str] = []
-        self.reason: str | None = None
+        self.devices: list[int] = []  # NVML (nvidia-smi) indices of the watched GPUs, by start()
+        self.names: list[str] = []  # their product names
+        self.reason: str | None = None  # why nothing is recorded, or None
         self._nv = None
         self._handles: list = []
         self._rows: list[tuple[float, dict]] = []
@@ -130,7 +115,6 @@ class GPUMonitor:
 
     @property
     def running(self) -> bool:
-        """Whether the sampling thread is alive."""
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> "GPUMonitor":
@@ -198,10 +182,9 @@ class GPUMonitor:
         """Everything recorded so far, as numpy arrays (T samples, G GPUs).
 
         Returns:
-          dict with ``timestamp`` (T,) float64 Unix seconds; ``time`` (T,) float64 seconds
-          since the monitor first started; ``device`` (G,) int64 NVML indices; and (T, G)
-          float64 arrays ``utilization`` (%), ``memory_used`` and ``memory_total`` (MiB),
-          ``power`` (W), ``temperature`` (deg C). NaN where a GPU does not report a value.
+          ``timestamp``, ``time`` (since start) (T,) float64 s; ``device`` (G,) int64; (T, G)
+          float64 ``utilization`` (%), ``memory_used``/``memory_total`` (MiB), ``power`` (W),
+          ``temperature`` (deg C); NaN where a GPU reports nothing.
         """
         with self._lock:
             rows = list(self._rows)

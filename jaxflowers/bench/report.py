@@ -1,8 +1,4 @@
-"""The bench's report: ``bench.json``, the table printed, the figure, a peer's records.
-
-Reads and writes what ``jaxflowers.bench`` measured; imports no JAX, so a report can be
-redrawn anywhere (``draw(json_path, png_path)``).
-"""
+"""The bench's report: ``bench.json``, the table, the figure; no JAX, so it redraws anywhere."""
 from __future__ import annotations
 
 import json
@@ -51,8 +47,7 @@ def _solver(record: dict) -> str | None:
 
 
 def peer_ratios(report: dict) -> list[dict]:
-    """jaxflowers images/s over torch images/s for each matching model/devices/batch/solver,
-    against peers that gather and augment their batches as jaxflowers does."""
+    """jaxflowers over torch images/s per matching configuration (torch peers that augment)."""
     ours = [r for r in report["results"] if r.get("framework") == "jaxflowers"]
     ratios = []
     for peer in (r for r in report["results"] if r.get("framework") == "torch"

@@ -1,25 +1,7 @@
 """Scaling benchmark of ``jaxflowers.train``: ``python -m jaxflowers.bench``.
 
-For every model, strategy (shard_map, pmap), scaling rule and device count it trains on a
-synthetic uint8 set resident on the devices, augmentation on, and records images/s, step
-time, speedup and efficiency over 1 device. Weak scaling keeps the per-device batch (the
-MATLAB rule, ``scale_for_devices``: global batch and learning rate x N); strong scaling
-keeps the global batch (default: per-device batch x the largest device count).
-
-Timing (one ``train`` call, so one compile, per configuration):
-  * ``compile_s`` = ``info.compile_time``, apart; ``setup_s`` = the rest of ``train``
-    outside the loop (copying the set to the devices, statistics, fetching the net).
-  * With ``verbose=False`` and ``verbose_frequency=W`` the trainer syncs fully (fetches
-    every dispatched block's metrics) after iteration 1 and every W-th iteration, then
-    calls ``output_fn``: its clock read is a synchronised timestamp. Window k spans
-    iterations kW -> (k+1)W; iterations 1..W are the discarded warm-up; ``output_fn``
-    returns True after the last window, which stops training at that sync.
-  * ``images_per_s`` = W x global batch / median window; ``step_s`` = median window / W;
-    ``loop_images_per_s`` (warm-up included) is a cross-check. Other ``output_fn`` calls
-    lag one dispatch and are not used.
-Raw numbers go to ``bench.json``; ``speedup.png`` (images/s and speedup) is drawn from that
-file. Several CPU devices split one host's cores, so CPU speedups mean nothing; ``--quick``
-checks the machinery.
+One ``train`` call per model, strategy, weak/strong scaling and device count, timed between
+the trainer's full syncs (``_SyncClock``). The first line above is the CLI's description.
 """
 from __future__ import annotations
 
@@ -75,8 +57,7 @@ class BenchModel:
 
 
 def parse_model(name: str) -> BenchModel:
-    """``"resnet50"`` (224x224, 5 classes, 3,670 images, Flowers' size) or
-    ``"cifar_net:<depth>"`` (32x32, 10 classes, 45,000 images, CIFAR-10's training split)."""
+    """The ``BenchModel`` of ``"resnet50"`` (Flowers) or ``"cifar_net:<depth>"`` (CIFAR-10)."""
     if name == "resnet50":  # the multi-GPU example's network, images and augmenter
         return BenchModel(name, recipes.IMAGE_SIZE[name][0], 5, 3670, 64, 20,
                           recipes.augmentation("flowers"))
@@ -112,8 +93,7 @@ QUICK = {"models": ("cifar_net:1",), "strategies": ("shard_map",), "scalings": (
 
 
 def synthetic_set(num_images: int, image_size: int, num_classes: int, *, seed: int = 0):
-    """Uniform-noise uint8 images (N, S, S, 3), balanced int32 labels, as an ``ImageSet``.
-    For throughput only: never read an accuracy off it."""
+    """Uniform-noise uint8 images (N, S, S, 3), balanced int32 labels: for throughput only."""
     rng = np.random.default_rng(seed)
     images = rng.integers(0, 256, (num_images, image_size, image_size, 3), dtype=np.uint8)
     labels = rng.permutation(np.arange(num_images) % num_classes).astype(np.int32)
@@ -133,6 +113,9 @@ def device_counts(available: int, requested=None) -> list[int]:
 
 class _SyncClock:
     """``output_fn`` reading the clock at the trainer's full syncs (iterations kW)."""
+    # With verbose=False and verbose_frequency=W the trainer fetches every dispatched metric
+    # at iteration 1 and every W-th, then calls output_fn: a synchronised timestamp. Other
+    # calls lag one dispatch. Window k spans kW -> (k+1)W; iterations 1..W are the warm-up.
 
     def __init__(self, window_steps: int, windows: int):
         self.every, self.last = window_steps, window_steps * (windows + 1)
@@ -156,11 +139,11 @@ class _SyncClock:
 
 def measure(data, model, options: TrainingOptions, *, window_steps: int, windows: int,
             execution=None) -> dict:
-    """Train once and time ``windows`` windows of ``window_steps`` iterations (see module doc).
+    """Train once and time ``windows`` windows of ``window_steps`` iterations after a warm-up.
 
     Returns:
-      dict of raw numbers: windows_s (list), step_s, images_per_s, compile_s, train_s,
-      setup_s, loop_images_per_s, iterations, precision.
+      dict of raw numbers: windows_s, step_s, images_per_s (median window), compile_s, train_s,
+      setup_s, loop_images_per_s (warm-up included), iterations, steps_per_epoch, precision.
     """
     import jax.numpy as jnp
 
@@ -264,8 +247,7 @@ def describe_devices(platform_name: str, kind: str, count: int) -> str:
 
 
 def run(settings: BenchSettings) -> dict:
-    """Measure every configuration of ``settings``; returns the bench JSON as a dict
-    (environment, settings, results: one record per configuration, speedup, skipped)."""
+    """Measure every configuration; the bench JSON (environment, settings, results, ...)."""
     env = environment()
     counts = device_counts(env["local_device_count"], settings.devices)
     print(f"jaxflowers.bench: {env['devices']}, device counts {counts}", flush=True)
@@ -279,8 +261,7 @@ def run(settings: BenchSettings) -> dict:
 
 
 def run_peer(settings: BenchSettings, out: pathlib.Path, *, quick: bool) -> dict:
-    """benchmarks/peer_torch.py in a subprocess (its own CUDA context; run this before JAX
-    claims the GPUs), on ResNet-50 with the bench's batch, precision and window sizes."""
+    """benchmarks/peer_torch.py on ResNet-50 in a subprocess; run it before JAX takes the GPUs."""
     if importlib.util.find_spec("torch") is None or not PEER_SCRIPT.is_file():
         return {"skipped": f"torch not importable or {PEER_SCRIPT} missing", "results": []}
     spec = parse_model("resnet50")

@@ -1,14 +1,5 @@
-"""Who takes part in a multi-process run: a check-in before ``jax.distributed`` starts, and
-a watch for a lost process afterwards, each failure said in one line that names processes.
-
-JAX's own coordination service ends a process with a C++ abort both when a process never
-joins (after its initialisation timeout) and when one is lost (after its heartbeat
-timeout), and neither message names the process plainly. So before JAX starts, every
-process checks in with process 0 over one TCP connection on the coordinator's port
-(JAX binds it only afterwards); process 0 names those missing at the deadline. The
-connections then stay open: a process that dies closes its end at once (the kernel does
-that even after SIGKILL; keepalive probes notice a vanished host), so the others print
-who was lost and exit before JAX's abort. A process that ends normally says goodbye first.
+"""Who takes part in a multi-process run: a TCP check-in with process 0 before
+``jax.distributed`` starts, then a watch that names a lost process in one line.
 """
 from __future__ import annotations
 
@@ -30,17 +21,10 @@ class JoinError(RuntimeError):
 def check_in(address: str, count: int, index: int, timeout: float) -> "Watch":
     """Wait until all ``count`` processes have checked in at ``address`` (process 0 listens).
 
-    Args:
-      address: "HOST:PORT" of process 0, before JAX binds that port.
-      count: processes in all; index: this one (0 .. count - 1).
-      timeout: seconds to wait for the others (or, for ``index > 0``, for process 0).
-
-    Returns:
-      A :class:`Watch` over the open connections; ``start()`` it once JAX has started.
-
-    Raises:
-      JoinError: naming the processes that never joined, or process 0 if unreachable.
+    Returns a :class:`Watch` to ``start()`` once JAX has started; raises ``JoinError`` naming
+    the processes that never joined (or process 0 if unreachable) within ``timeout`` s.
     """
+    # why: JAX's coordination service aborts in C++, naming no process, when one never joins.
     host, port = address.rsplit(":", 1)
     deadline = time.monotonic() + timeout
     if index == 0:
@@ -89,7 +73,6 @@ def _gather(port: int, count: int, deadline: float, where: str) -> dict[int, soc
 
 
 def _fail(peers: dict[int, socket.socket], error: str) -> None:
-    """Tell every peer why the run cannot start, and raise it here."""
     for conn in peers.values():
         _send(conn, {"error": error})
         conn.close()
@@ -143,8 +126,7 @@ def _processes(indices) -> str:
 
 
 class Watch:
-    """Watches the check-in connections after JAX has started: a peer that disappears
-    without saying goodbye stops this process with one line naming it."""
+    """Stops this process, naming the peer, when a check-in connection ends without goodbye."""
 
     def __init__(self, index: int, peers: dict[int, socket.socket]):
         self.index, self.peers = index, peers
@@ -152,6 +134,7 @@ class Watch:
 
     def start(self) -> None:
         """Watch in daemon threads; say goodbye (or that this process failed) at exit."""
+        # A peer that dies (even by SIGKILL) closes its end at once; keepalive finds lost hosts.
         for peer, conn in self.peers.items():
             _keepalive(conn)
             conn.settimeout(None)
@@ -192,7 +175,6 @@ class Watch:
                       f"of memory or its host down?); stopping process {self.index} too")
 
     def _tell_others(self, peer: int) -> None:
-        """Process 0 passes the news to every other peer."""
         if self.index == 0:
             for other, conn in self.peers.items():
                 if other != peer:
@@ -209,8 +191,7 @@ def _keepalive(conn: socket.socket, idle: int = 10) -> None:
 
 
 def _stop(line: str) -> None:
-    """Print ``error: line`` and end this process at once (its collectives can never
-    finish; JAX would otherwise abort it later with a C++ stack trace)."""
+    """Print ``error: line`` and end this process at once (its collectives can never finish)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -1,11 +1,4 @@
-"""Joining a multi-process (multi-host) training: ``jax.distributed`` start-up.
-
-Every process runs the same program; :func:`initialize` joins them before anything else
-touches JAX. Failures are said in one line each: a bad or missing setting names the
-flag or variable, and a process that never joins or is lost is named (``checkin.py``).
-On CPUs the processes talk through Gloo, which prints one "[Gloo] Rank ... is connected"
-line per device from C++; it has no switch to turn them off, so they are let through.
-"""
+"""Joining a multi-process (multi-host) training (``jax.distributed``), each failure in one line."""
 from __future__ import annotations
 
 import os
@@ -17,7 +10,7 @@ from jaxflowers.distributed import checkin as roster
 COORDINATOR_ENV = "JAXFLOWERS_COORDINATOR"  # HOST:PORT of process 0
 NUM_PROCESSES_ENV = "JAXFLOWERS_NUM_PROCESSES"
 PROCESS_ID_ENV = "JAXFLOWERS_PROCESS_ID"
-DEFAULT_INIT_TIMEOUT = 120  # seconds every process waits for all the others to join
+DEFAULT_INIT_TIMEOUT = 120  # seconds to wait for all to join (JAX's default is long and silent)
 
 
 class DistributedError(RuntimeError):
@@ -28,31 +21,21 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
                process_id: int | None = None, *, local_device_ids: Sequence[int] | None = None,
                heartbeat_timeout_seconds: int = 30,
                initialization_timeout: float = DEFAULT_INIT_TIMEOUT) -> None:
-    """Join a multi-process (multi-host) training: ``jax.distributed.initialize``.
+    """Join a multi-process (multi-host) training (``jax.distributed.initialize``); call it first.
 
-    Call it first, in every process, before anything else touches JAX. With no arguments
-    and none of the variables below set, JAX detects Slurm, Open MPI and Kubernetes
-    launches itself. A plain launch names the coordinator and the processes, as arguments
-    or as ``$JAXFLOWERS_COORDINATOR`` (``HOST:PORT`` of process 0, reachable from every
-    host), ``$JAXFLOWERS_NUM_PROCESSES`` and ``$JAXFLOWERS_PROCESS_ID`` (0 .. N-1); then
-    every process first checks in with process 0, and a process that never joins or is
-    lost later is named in one line (``jaxflowers.distributed.checkin``).
+    With nothing given or set, JAX detects Slurm, Open MPI and Kubernetes.
 
     Args:
-      coordinator_address: ``"HOST:PORT"``; process 0 listens there.
-      num_processes: how many processes take part.
-      process_id: this process, ``0 <= process_id < num_processes``.
+      coordinator_address: "HOST:PORT" of process 0 (or ``$JAXFLOWERS_COORDINATOR``).
+      num_processes, process_id: or ``$JAXFLOWERS_NUM_PROCESSES``, ``$JAXFLOWERS_PROCESS_ID``.
       local_device_ids: the local GPUs this process uses (default: JAX's choice).
-      heartbeat_timeout_seconds: a process silent this long counts as lost in JAX (a
-        process that dies is noticed at once by the check-in connections).
-      initialization_timeout: seconds to wait for every process to join (JAX's default,
-        300 s, leaves the others silent that long when one never starts).
+      heartbeat_timeout_seconds: a silent process is lost after this many seconds.
+      initialization_timeout: seconds to wait for every process to join.
 
     Raises:
       ValueError: a setting is missing, malformed or out of range (named).
       DistributedError: the processes could not be joined (the line says which and why).
-      RuntimeError: when called twice, or after JAX has started its backends (anything
-        such as ``jax.devices()``, an array, a computation, ``jaxflowers.train``).
+      RuntimeError: when called twice, or after JAX has started its backends.
     """
     import jax
 
@@ -67,7 +50,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
             watch = roster.check_in(address, count, index, initialization_timeout)
         except roster.JoinError as error:
             raise DistributedError(str(error)) from None
-    # Cross-process collectives on CPU need an implementation; JAX < 0.5 had none by default.
+    # why: cross-process collectives on CPU need an implementation, and some JAX sets none.
     if getattr(jax.config, "jax_cpu_collectives_implementation", "gloo") is None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
@@ -85,14 +68,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
 
 def resolve(coordinator_address: str | None, num_processes: int | None,
             process_id: int | None) -> tuple[str | None, int | None, int | None]:
-    """The three settings from the arguments or the environment, checked together.
+    """``(address, count, index)`` from arguments or environment: all None or all three, checked.
 
-    Returns:
-      ``(address, count, index)``, all None when none is set (JAX then detects a
-      cluster), else all three.
-
-    Raises:
-      ValueError: naming the setting that is missing, malformed or out of range.
+    Raises ValueError naming a setting that is missing, malformed or out of range.
     """
     address = coordinator_address or os.environ.get(COORDINATOR_ENV) or None
     count = _env_int(num_processes, NUM_PROCESSES_ENV)

@@ -1,10 +1,4 @@
-"""The compiled, sharded forward pass that validation and ``predict`` share.
-
-Samples are padded up to a whole number of per-device batches and the padding is cut off
-afterwards, so every sample is counted exactly once: nothing dropped, nothing duplicated.
-With several processes the padded set is split over the devices of all of them and the
-logits are gathered back (``DataParallel.get``), so every process receives every score.
-"""
+"""The compiled, sharded forward pass that validation and ``predict`` share."""
 from __future__ import annotations
 
 import functools
@@ -29,22 +23,13 @@ def _logits(variables, images, stats, *, model, dtype, batch: int):
 
 @functools.lru_cache(maxsize=8)
 def _forward_program(parallel: DataParallel, model, dtype, batch: int):
-    """One jitted pass per configuration in a process, so a pass traced and compiled once
-    (``train``'s validation) serves the next ``ForwardPass`` too (``predict`` after
-    ``train``: no trace, no lowering, no compile)."""
+    """One jitted pass per configuration, so ``predict`` after ``train`` reuses validation's."""
     forward = functools.partial(_logits, model=model, dtype=dtype, batch=batch)
     return parallel.wrap(forward, (REPLICATED, sharded(0), REPLICATED), sharded(0))
 
 
 class ForwardPass:
-    """Compiled, sharded forward passes of one model on one set of devices.
-
-    Args:
-      parallel: the devices and strategy.
-      model: a flax module taking ``train=False``.
-      dtype: compute dtype.
-      per_device_batch: most images a device processes at once.
-    """
+    """Compiled, sharded passes of ``model`` in ``dtype``, ``per_device_batch`` images at a time."""
 
     def __init__(self, parallel: DataParallel, model, dtype, per_device_batch: int):
         self.parallel, self.model, self.dtype = parallel, model, dtype
@@ -53,6 +38,7 @@ class ForwardPass:
 
     def place(self, images: np.ndarray):
         """Pad (n, H, W, C) uint8 images to whole device batches and shard them."""
+        # Invariant: padding is cut off after (fetch), so every sample counts exactly once.
         n, (padded, batch) = len(images), self._layout(len(images))
         images = np.asarray(images)
         if padded > n:
@@ -60,8 +46,7 @@ class ForwardPass:
         return self.parallel.put(images, sharded(0)), n, batch
 
     def abstract(self, n: int, image_shape):
-        """What ``place`` returns for ``n`` images of ``image_shape``, as shapes: enough to
-        ``compile`` before the images are placed."""
+        """What ``place`` returns for ``n`` images of ``image_shape``, as shapes (to compile)."""
         padded, batch = self._layout(n)
         images = jax.ShapeDtypeStruct((padded, *image_shape), np.uint8)
         return self.parallel.abstract(images, sharded(0)), n, batch
@@ -77,14 +62,12 @@ class ForwardPass:
         return self.fetch(self.start(variables, placed, stats))
 
     def compile(self, variables, placed, stats) -> None:
-        """Compile the pass for ``placed`` ahead of its first ``start``; ``variables``,
-        ``placed`` (``abstract``) and ``stats`` may be shapes (``DataParallel.abstract``)."""
+        """Compile ahead of the first ``start``; the arguments may be shapes (``abstract``)."""
         images, _, batch = placed
         self._compiled[batch] = self._function(batch).lower(variables, images, stats).compile()
 
     def start(self, variables, placed, stats):
-        """Dispatch the forward pass and return at once (a handle for ``fetch``): the
-        devices run it in order with whatever is dispatched next."""
+        """Dispatch the forward pass and return a handle for ``fetch`` at once."""
         images, n, batch = placed
         if batch not in self._compiled:
             self._compiled[batch] = self._function(batch)  # compiled on its first call

@@ -1,7 +1,4 @@
-"""Class labels from scores, and how they are scored: ``scores_to_labels`` (MATLAB's
-``scores2label``), ``accuracy`` and ``confusion_matrix`` (``confusionmat``). Plain numpy, no
-JAX: the charts and the sweep's caller use them too.
-"""
+"""Labels from scores, and scoring them (MATLAB's ``scores2label``, ``confusionmat``); no JAX."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -33,16 +30,17 @@ class Labels(np.ndarray):
 
     @property
     def codes(self) -> np.ndarray:
-        """int64 indices into ``class_names``."""
         return codes(np.asarray(self), self.class_names)
 
 
 def scores_to_labels(scores: np.ndarray, class_names: Sequence[str]) -> Labels:
-    """The highest-scoring class name of each row (``scores2label``).
+    """The highest-scoring class name of each row, as ``Labels`` (MATLAB's ``scores2label``).
+
+    Args:
+      scores: float (n, C). class_names: the C names.
 
     Raises:
-      ValueError: the scores do not match the class names, or some rows are not finite (a
-        network whose outputs overflow has no highest score; argmax would say class 0).
+      ValueError: the scores do not match the class names, or some rows are not finite.
     """
     scores = np.asarray(scores)
     if scores.ndim != 2 or scores.shape[1] != len(class_names):
@@ -69,7 +67,7 @@ def accuracy(predicted, true, class_names: Sequence[str] | None = None) -> float
 def confusion_matrix(true, predicted, class_names: Sequence[str] | None = None,
                      num_classes: int | None = None, *, caller: str = "confusion_matrix"
                      ) -> np.ndarray:
-    """int64 (C, C): entry [i, j] counts samples of true class i predicted as j (``confusionmat``).
+    """int64 (C, C): [i, j] counts true class i predicted as j (MATLAB's ``confusionmat``).
 
     Args:
       true, predicted: labels as class names or integer codes, one per sample.
@@ -78,8 +76,7 @@ def confusion_matrix(true, predicted, class_names: Sequence[str] | None = None,
       caller: the function named in error messages.
 
     Raises:
-      ValueError: a label outside the classes (naming the argument and the label), or
-        arrays of different lengths.
+      ValueError: a label outside the classes, or arrays of different lengths.
     """
     names = _names(class_names, predicted, true)
     size = num_classes or (len(names) if names else None)
@@ -99,12 +96,7 @@ def _names(class_names, *labels):
 
 def codes(labels, class_names, what: str = "labels", num_classes: int | None = None
           ) -> np.ndarray:
-    """int64 class indices of ``labels`` (names or integers), checked against the classes.
-
-    Raises:
-      ValueError: a name not among ``class_names``, or an integer outside ``[0, C)``;
-        the message starts with ``what``.
-    """
+    """int64 class indices of ``labels`` (names or integers); a ValueError names ``what``."""
     labels = np.asarray(labels).reshape(-1)
     if labels.dtype.kind in "iu":
         size = num_classes or (len(class_names) if class_names else None)

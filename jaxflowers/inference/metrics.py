@@ -1,13 +1,5 @@
-"""Validation scores from the validation set's logits: loss, accuracy and MATLAB's metrics.
-
-The logits come back from the sharded forward pass exactly (every sample once, on any
-number of devices), so every score here is computed over the whole set on the host, in one
-go: no per-batch or per-device averaging that could weigh samples unevenly.
-
-Units follow MATLAB: accuracy in percent; F-score, precision, recall and AUC as fractions in
-[0, 1], each the macro average over classes (the unweighted mean of the per-class values,
-over the classes present among the labels or the predictions; AUC one-vs-rest over the
-classes present among the labels).
+"""Validation scores over the whole set's logits, on the host, in MATLAB's units (accuracy
+in percent; F-score, precision, recall and AUC as macro-averaged fractions).
 """
 from __future__ import annotations
 
@@ -21,17 +13,13 @@ MAXIMISED = {"loss": False, "accuracy": True, "fscore": True, "precision": True,
 
 
 def score(logits: np.ndarray, labels: np.ndarray, names=()) -> dict[str, float]:
-    """Cross-entropy ``"loss"``, ``"accuracy"`` (%) and each metric in ``names``.
+    """Cross-entropy ``"loss"``, ``"accuracy"`` (%) and each metric in ``names``, as floats.
 
     Args:
-      logits: float (n, C), row i for sample i.
-      labels: int (n,) true classes.
-      names: metric names among "accuracy", "fscore", "precision", "recall", "auc".
+      logits: float (n, C). labels: int (n,). names: among "fscore", "precision", "recall", "auc".
 
     Returns:
-      ``{"loss": ..., "accuracy": ..., name: ...}`` as Python floats; every score is NaN
-      when some logits are not finite (a diverged network has no class to pick for them,
-      and argmax would call them class 0).
+      ``{"loss": ..., "accuracy": ..., name: ...}``; all NaN if a logit is not finite.
     """
     names = [name for name in names if name != "accuracy"]
     if not np.isfinite(logits).all():
@@ -57,8 +45,7 @@ def _metric(name: str, labels, predicted, probabilities) -> float:
 
 
 def _macro_auc(labels: np.ndarray, probabilities: np.ndarray) -> float:
-    """Mean one-vs-rest ROC AUC over the classes that occur among ``labels`` (a class with
-    no positive or no negative sample has no AUC); NaN when there are none."""
+    """Mean one-vs-rest ROC AUC over the classes that have an AUC; NaN when none has."""
     from sklearn.metrics import roc_auc_score
 
     areas = [roc_auc_score(labels == c, probabilities[:, c]) for c in np.unique(labels)

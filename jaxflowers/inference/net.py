@@ -13,11 +13,9 @@ class TrainedNet:
     """A trained network: the module, its variables and what it needs to predict.
 
     Attributes:
-      model: the flax module (compute dtype as trained, per-device batch norm).
-      variables: {"params": ..., "batch_stats": ...} of numpy arrays.
-      class_names: tuple of str, output ``i`` is class ``class_names[i]``.
+      model: the flax module. variables: {"params", "batch_stats"} of numpy arrays.
+      class_names: output ``i`` is ``class_names[i]``. input_shape: (H, W, C).
       normalization: per-channel (mean, std), float32 (C,), applied to uint8 inputs.
-      input_shape: (H, W, C) the network expects.
     """
 
     model: Any
@@ -44,9 +42,7 @@ class TrainedNet:
                 f"{tuple(self.input_shape)}, {np.dtype(self.dtype).name})")
 
     def save(self, path: str | os.PathLike):
-        """Write this network to one file at ``path`` for ``jaxflowers.load`` (MATLAB's
-        ``save``): safetensors with its description in the header, no pickle. Returns the
-        path (a ``pathlib.Path``)."""
+        """Write this network to one safetensors file for ``load`` (MATLAB's ``save``); the path."""
         from jaxflowers.saving import netfile
 
         if os.path.isdir(path):
@@ -59,13 +55,7 @@ class TrainedNet:
         return netfile.write(path, plain)
 
     def to_dict(self) -> dict:
-        """The network as JSON-able data and numpy arrays: the model as its registry spec
-        (``recipes.model_spec``) and dtype, the variables, classes, normalization and input
-        shape. What a saved file and a sweep job's result hold; ``from_dict`` inverts it.
-
-        Raises:
-          TypeError: the model is not one of ``jaxflowers.models``'s networks.
-        """
+        """The network as JSON-able data and numpy arrays; TypeError for a non-registry model."""
         from jaxflowers.recipes import model_spec
 
         name, kwargs = model_spec(self.model)
@@ -92,18 +82,11 @@ class TrainedNet:
 
 
 def load(path: str | os.PathLike) -> TrainedNet:
-    """Read a network that ``TrainedNet.save`` wrote (MATLAB's ``load`` of a saved net).
-
-    Args:
-      path: the file.
-
-    Returns:
-      The ``TrainedNet``; it predicts exactly as the saved one did.
+    """Read a network that ``TrainedNet.save`` wrote (MATLAB's ``load``); it predicts alike.
 
     Raises:
-      FileNotFoundError: nothing at ``path``. IsADirectoryError: ``path`` is a folder.
-      ValueError: the file is not a saved network, is damaged, or comes from a newer
-        version of jaxflowers; the message names the file.
+      FileNotFoundError, IsADirectoryError: nothing, or a folder, at ``path``.
+      ValueError: the file is not a saved network, is damaged or from a newer jaxflowers.
     """
     from jaxflowers.saving import netfile
 

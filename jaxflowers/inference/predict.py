@@ -1,8 +1,4 @@
-"""``predict`` (MATLAB's ``minibatchpredict``) and ``classify``, split over every device.
-
-Every sample is scored exactly once on any number of devices (``forward.ForwardPass``
-pads and cuts), and with several processes every process receives every score.
-"""
+"""``predict`` (MATLAB's ``minibatchpredict``) and ``classify``, split over every device."""
 from __future__ import annotations
 
 import warnings
@@ -16,20 +12,15 @@ from jaxflowers.parallel.data_parallel import DataParallel, select_devices
 
 def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str = "auto",
             num_devices: int | None = None, strategy: str = "shard_map") -> np.ndarray:
-    """Class scores for every image, split over the devices (``minibatchpredict``).
+    """Class scores for every image, split over the devices (MATLAB's ``minibatchpredict``).
 
     Args:
-      net: a ``TrainedNet`` from ``train``.
-      data: an image set (anything with ``images``) or a uint8 array (n, H, W, C).
-      mini_batch_size: images per device per forward pass.
-      execution_environment: which devices, as in ``TrainingOptions``.
-      num_devices, strategy: as in ``ExecutionOptions``.
+      net: a ``TrainedNet``. data: an image set or uint8 (n, H, W, C).
+      mini_batch_size: images per device per pass. execution_environment, num_devices,
+        strategy: as in the options.
 
     Returns:
-      float32 (n, num_classes) softmax scores, row i for image i; (0, num_classes) for no
-      images. With several processes
-      (``jaxflowers.distributed.initialize``) every process calls it with the same images and receives
-      all the scores.
+      float32 (n, num_classes) softmax scores; with several processes, all on every process.
     """
     images = np.asarray(getattr(data, "images", data))
     if images.dtype != np.uint8 or images.ndim != 4:
@@ -41,14 +32,12 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
     if len(images) == 0:  # nothing to split over the devices; no program to compile
         return np.zeros((0, len(net.class_names)), np.float32)
     parallel = DataParallel(select_devices(execution_environment, num_devices), strategy)
-    # Right after ``train`` (same devices, batch and image count) this is its validation
-    # pass, already traced and compiled.
+    # Right after ``train`` (same devices, batch, image count) this is its compiled validation.
     forward = ForwardPass(parallel, net.model, net.dtype, mini_batch_size)
     variables = parallel.put(net.variables)
     stats = parallel.put(tuple(np.asarray(s, np.float32) for s in net.normalization))
     logits = forward.logits(variables, forward.place(images), stats)
-    # On the host: the logits are here already, and an eager softmax on the devices would
-    # compile several small programs in every run.
+    # why on the host: an eager softmax on the devices would compile small programs each run.
     scores = np.exp(log_softmax(logits)).astype(np.float32)
     bad = np.flatnonzero(~np.isfinite(scores).all(axis=1))
     if bad.size:

@@ -1,31 +1,7 @@
-"""Device meshes and the wrapping of per-device functions.
+"""Device meshes and the one wrapping of per-device functions (``shard_map`` or ``pmap``).
 
-A per-device function knows only the axis name ``"data"``. :class:`DataParallel` runs it on
-every device of a 1-D mesh through ``jax.shard_map`` (default) or ``jax.pmap``, and moves
-arrays into the layout each strategy expects. Nothing else in the package builds a mesh or
-calls ``shard_map``/``pmap``; the programs that use it are ``program.TrainProgram``'s and
-``forward.ForwardPass``'s.
-
-Several processes (hosts). After ``jaxflowers.distributed.initialize`` (``jax.distributed``),
-the mesh spans
-the devices of every process, ordered process by process, and each process runs the same
-program on its own devices (JAX's multi-controller model). Every process holds the same
-host data and the same seeded plan (``feed.epoch_order``), so:
-
-* ``put`` builds a global array from the host copy each process has
-  (``jax.make_array_from_callback``: each process fills only its own devices; a plain
-  ``device_put`` onto devices of other processes fails);
-* ``put_process_local`` builds one from this process's rows only
-  (``jax.make_array_from_process_local_data``), for streamed batches of which each process
-  reads just its columns;
-* ``get`` reads a replicated value from a local copy and gathers a sharded one from all
-  processes (``process_allgather``: a collective every process must call), so metrics,
-  validation and prediction are global and exact.
-
-Inside ``shard_map`` over the global mesh, ``lax.axis_index("data")`` is the global device
-index, so per-sample augmentation keys (``step.sample_keys``) are the same as on one host.
-``pmap`` is single-process only here. The single-process path is unchanged: plain
-``device_put``/``device_get``.
+Nothing else builds a mesh or calls ``shard_map``/``pmap``. The mesh spans every process's
+devices, process by process; every process makes the same calls, in the same order.
 """
 from __future__ import annotations
 
@@ -56,26 +32,18 @@ def _shard_axis(spec: P) -> int | None:
 
 
 def select_devices(execution_environment: str = "auto", num_devices: int | None = None):
-    """The devices a training uses (MATLAB's ``ExecutionEnvironment``).
-
-    With several processes the rule picks devices on every process alike and the result
-    holds them all, process by process (the global mesh); ``num_devices`` then counts per
-    process.
+    """Every process's devices a training uses, in mesh order (MATLAB's ``ExecutionEnvironment``).
 
     Args:
-      execution_environment: "auto" (every GPU if there is one, else the CPU devices),
-        "cpu", "gpu" (one GPU per process) or "multi-gpu" (every GPU).
-      num_devices: keep only the first ``num_devices`` of each process's devices.
-
-    Returns:
-      A list of ``jax.Device``.
+      execution_environment: "auto" (every GPU, else the CPU devices), "cpu", "gpu" (one GPU
+        per process) or "multi-gpu".
+      num_devices: keep the first ``num_devices`` of each process's devices.
     """
     count = 1 if execution_environment == "gpu" else num_devices
     return _by_process(_environment_devices(execution_environment), count, execution_environment)
 
 
 def _environment_devices(execution_environment: str) -> list:
-    """Every device (of every process) of the environment's backend."""
     if execution_environment == "cpu":
         return jax.devices("cpu")
     if execution_environment == "auto":
@@ -92,8 +60,7 @@ def _environment_devices(execution_environment: str) -> list:
 
 
 def _by_process(devices, count: int | None, execution_environment: str) -> list:
-    """The first ``count`` (default all) devices of each process, process by process: the
-    mesh order in which process p's devices hold the p-th share of a sharded axis."""
+    """The first ``count`` (default all) devices of each process, in mesh order."""
     processes = sorted({d.process_index for d in devices})
     local = [[d for d in devices if d.process_index == p] for p in processes]
     available = min(len(group) for group in local)
@@ -108,11 +75,8 @@ def _by_process(devices, count: int | None, execution_environment: str) -> list:
 class DataParallel:
     """Runs per-device functions on every device of a 1-D ``"data"`` mesh.
 
-    Arrays are described by ``PartitionSpec``s: ``REPLICATED`` (every device holds the whole
-    array) or ``sharded(axis)`` (each device holds 1/N of dimension ``axis``). Inside the
-    wrapped function every argument has its per-device shape under both strategies. When
-    the devices span several processes, every process must make the same calls in the
-    same order (``put``, ``get`` of sharded values and wrapped functions are collective).
+    Layouts: ``REPLICATED`` or ``sharded(axis)``; a wrapped function sees per-device shapes.
+    ``strategy`` is "shard_map" or "pmap" (one process only).
     """
 
     devices: tuple
@@ -145,19 +109,13 @@ class DataParallel:
 
     @property
     def local_devices(self) -> tuple:
-        """The devices of this process."""
         return tuple(d for d in self.devices if d.process_index == jax.process_index())
 
     @functools.cached_property
     def lockstep(self) -> bool:
-        """Whether each wrapped call must finish before the next one starts.
-
-        XLA:CPU's collectives hang when a process with several CPU devices has more than
-        one execution in flight: across processes (gloo), and in one process too once the
-        devices outnumber the host's threads (a device's part of a queued collective never
-        starts, and the others abort at XLA's rendezvous timeout). One device, or a wait
-        after each call, runs. GPUs (NCCL streams) queue freely.
-        """
+        """Whether each wrapped call must finish before the next one starts."""
+        # why: XLA:CPU collectives hang with several CPU devices and more than one execution
+        # in flight (gloo across processes; in one process once devices outnumber threads).
         return self.devices[0].platform == "cpu" and len(self.local_devices) > 1
 
     @property
@@ -166,14 +124,11 @@ class DataParallel:
         return jax.process_index() == min(d.process_index for d in self.devices)
 
     def put(self, tree, spec: P = REPLICATED):
-        """Place host or device arrays on the devices in the layout ``wrap`` expects.
-
-        With several processes every process passes the same (global) values."""
+        """Place a pytree of arrays in the layout ``spec``; every process passes the same values."""
         return jax.tree.map(lambda x: self._put_one(x, spec), tree)
 
     def abstract(self, tree, spec: P = REPLICATED):
-        """``jax.ShapeDtypeStruct``s of what ``put(tree, spec)`` would place, to compile a
-        function before its arguments exist (or have reached the devices)."""
+        """``jax.ShapeDtypeStruct``s of what ``put(tree, spec)`` would place (to compile early)."""
         axis = _shard_axis(spec)
 
         def one(x):
@@ -189,10 +144,7 @@ class DataParallel:
         return jax.tree.map(one, tree)
 
     def put_process_local(self, tree, spec: P = sharded(0)):
-        """Place this process's share of arrays split along ``spec``'s axis.
-
-        Each process passes its consecutive 1/P of the rows (P processes, in process order,
-        as ``stream.process_columns`` cuts them); one process: the same as ``put``."""
+        """Place arrays of which each process passes its consecutive 1/P of ``spec``'s axis."""
         if not self.multiprocess:
             return self.put(tree, spec)
         sharding, axis = NamedSharding(self.mesh, spec), _shard_axis(spec)
@@ -206,17 +158,11 @@ class DataParallel:
         return jax.tree.map(one, tree)
 
     def get(self, tree, spec: P = REPLICATED):
-        """Bring arrays placed with ``put`` (or returned by a wrapped function) to numpy.
-
-        With several processes, a sharded ``spec`` gathers from every process (a collective:
-        all processes call it); every process receives the whole array."""
+        """Numpy copies of device arrays; a sharded ``spec`` gathers from every process."""
         return jax.tree.map(lambda x: self._get_one(x, spec), tree)
 
     def from_main_process(self, value):
-        """Process 0's ``value`` (a numpy-compatible pytree) on every process.
-
-        Keeps choices that every process must make alike (stop early, resident or streamed)
-        from diverging, which would leave processes waiting in different collectives."""
+        """Process 0's ``value`` (a numpy pytree) on every process, so choices cannot diverge."""
         if not self.multiprocess:
             return value
         from jax.experimental import multihost_utils
@@ -224,8 +170,7 @@ class DataParallel:
                             multihost_utils.broadcast_one_to_all(value))
 
     def any_process(self, bits: int) -> int:
-        """The bitwise OR of ``bits`` (a small non-negative int) over every process, so a
-        flag raised in any process (a signal) reaches all of them at the same point."""
+        """The bitwise OR of ``bits`` (a small non-negative int) over every process."""
         if not self.multiprocess:
             return int(bits)
         from jax.experimental import multihost_utils
@@ -234,16 +179,16 @@ class DataParallel:
 
     def wrap(self, fn: Callable, in_specs: Sequence[Any], out_specs: Any,
              donate_argnums: Sequence[int] = ()) -> Callable:
-        """Compile ``fn`` (a per-device function using axis ``"data"``) for all devices.
+        """Compile ``fn``, a per-device function using axis ``"data"``, for all devices.
 
-        ``in_specs`` has one spec (or pytree prefix of specs) per positional argument.
-        Gradients are not summed implicitly: ``check_vma=False`` makes ``shard_map`` behave
-        as ``pmap`` does, so the step's explicit ``pmean``s are the only collectives and the
-        gradient is averaged exactly once under both strategies.
+        Args:
+          in_specs: one spec (or pytree prefix) per positional argument; out_specs: the outputs'.
+          donate_argnums: arguments whose buffers the call may reuse.
         """
         if self.strategy == "pmap":
             return jax.pmap(fn, axis_name=AXIS, devices=self.devices,
                             donate_argnums=tuple(donate_argnums))
+        # why check_vma=False: as in pmap, the step's explicit pmeans are the only collectives.
         mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=tuple(in_specs),
                                out_specs=out_specs, check_vma=False)
         jitted = jax.jit(mapped, donate_argnums=tuple(donate_argnums),

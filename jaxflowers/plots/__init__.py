@@ -1,8 +1,4 @@
-"""Charts (MATLAB's ``confusionchart``, the training-progress view, the sweep's grid, speedup).
-
-Static charts use pyplot (Agg outside Jupyter, so nothing opens a window unasked); the
-live views update in place in Jupyter.
-"""
+"""Charts: MATLAB's ``confusionchart``, training progress, the sweep grid, speedup."""
 from jaxflowers.plots.confusion import ConfusionChart, confusion_chart
 from jaxflowers.plots.speedup import speedup, speedup_table
 from jaxflowers.plots.sweep_grid import SweepProgressPlot, sweep_progress

@@ -1,8 +1,6 @@
-"""How a figure reaches the user: the matplotlib backend, and figures updated in place.
+"""How a figure reaches the user: the pyplot backend (Agg outside Jupyter), in-place figures.
 
-The lowest of the plotting modules (``plots``, ``progress_plot`` and ``live`` draw with
-it); it imports nothing of jaxflowers and no matplotlib until a function needs it.
-Outside Jupyter pyplot gets the non-interactive Agg backend, so nothing opens a window.
+The lowest plotting module: it imports nothing of jaxflowers and no matplotlib until needed.
 """
 from __future__ import annotations
 
@@ -20,8 +18,7 @@ BLUE, RED = np.array([0.0, 0.447, 0.741]), np.array([0.85, 0.325, 0.098])
 
 
 def shown(text) -> str:
-    """``text`` as a figure can draw it: a name from undecodable file-name bytes (Python's
-    surrogate escapes, which fonts cannot render) shows those bytes as ``\\xNN``."""
+    """``text`` with surrogate escapes (undecodable file-name bytes) shown as ``\\xNN``."""
     return str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
@@ -45,13 +42,7 @@ def pyplot():
 
 
 class LiveFigure:
-    """A pyplot-free Figure that subclasses redraw in ``_draw(figure)``, shown in place.
-
-    In Jupyter the figure goes to one output that an IPython display handle updates in
-    place (at most every ``min_interval`` s); elsewhere it is drawn only when saved. The
-    output holds a PNG, so it works whatever matplotlib backend the notebook uses, and a
-    figure outside pyplot is neither shown twice at the end of a cell nor kept alive.
-    """
+    """A pyplot-free Figure that subclasses draw in ``_draw``; shown in place in Jupyter only."""
 
     def __init__(self, *, figsize, min_interval: float):
         from matplotlib.figure import Figure
@@ -68,13 +59,10 @@ class LiveFigure:
         raise NotImplementedError
 
     def _changed(self, *, force: bool = False) -> None:
-        """Note new data; in Jupyter redraw now unless the last redraw is too recent.
-
-        The pause after a redraw is at least ``min_interval`` and long enough that drawing
-        takes no more than ``_draw_share`` of the time of the caller (the training loop).
-        """
+        """Note new data; in Jupyter redraw unless the last one is within the pause."""
         with self._lock:
             self._stale = True
+            # At least min_interval, and drawing takes at most _draw_share of the caller's time.
             pause = max(self.min_interval, self._cost * (1 / self._draw_share - 1))
             if self._jupyter and (force or time.monotonic() - self._last >= pause):
                 self._show()
@@ -90,7 +78,7 @@ class LiveFigure:
 
         start = time.monotonic()
         self._redraw()
-        buffer = io.BytesIO()
+        buffer = io.BytesIO()  # why a PNG: any notebook backend shows it, and never twice
         self.figure.savefig(buffer, format="png")
         image = Image(data=buffer.getvalue(), format="png")
         if self._handle is None:

@@ -20,7 +20,6 @@ def _percent(part: np.ndarray, whole) -> np.ndarray:
 
 
 def _normalize(counts: np.ndarray, mode: str) -> np.ndarray:
-    """The cell values for a MATLAB ``Normalization`` mode."""
     if mode == "absolute":
         return counts.astype(np.float64)
     if mode == "total-normalized":
@@ -29,8 +28,7 @@ def _normalize(counts: np.ndarray, mode: str) -> np.ndarray:
 
 
 def _draw_cells(ax, values, diagonal, percent: bool, blank_zero: bool = True) -> None:
-    """Colour cells (blue where correct, red where not, stronger for larger) and label them;
-    zero cells stay blank and unlabelled like MATLAB's, unless ``blank_zero`` is False."""
+    """Colour and label cells (blue correct, red not); zero cells blank if ``blank_zero``."""
     v = np.nan_to_num(values)
     scale = v / max(v.max(), 1e-12)
     rgb = 1.0 - scale[..., None] * (1.0 - np.where(diagonal[..., None], BLUE, RED))
@@ -48,12 +46,9 @@ class ConfusionChart:
     """What ``confusion_chart`` drew (MATLAB: ``ConfusionMatrixChart``).
 
     Attributes:
-      figure, ax: the matplotlib Figure and the Axes holding the cells.
-      matrix: (K, K) int64 counts; rows are true classes, columns predicted classes.
-      normalized_values: (K, K) float64, what the cells show (``NormalizedValues``).
-      row_summary: (K, 2) float64 [correct, incorrect] per true class, or None.
-      column_summary: (2, K) float64 [correct; incorrect] per predicted class, or None.
-      class_names: list[str] of the K classes.
+      figure, ax: the Figure and the cells' Axes. matrix: (K, K) int64 counts, rows true.
+      normalized_values: (K, K) float64 cell values; row_summary (K, 2), column_summary (2, K)
+        float64 [correct, incorrect] or None; class_names: the K names.
     """
 
     figure: object
@@ -68,8 +63,7 @@ class ConfusionChart:
         return f"ConfusionChart({len(self.class_names)} classes, {self.matrix.sum()} samples)"
 
     def savefig(self, path, **savefig_kwargs):
-        """Write the chart to ``path`` (PNG, PDF, SVG, ... by extension), as
-        ``Figure.savefig`` (MATLAB: ``saveas``/``exportgraphics``); returns ``path``."""
+        """Write the chart to ``path``, format by extension (MATLAB: ``exportgraphics``)."""
         self.figure.savefig(path, **savefig_kwargs)
         return path
 
@@ -87,23 +81,16 @@ def _check_mode(name: str, value, allowed: tuple) -> str | None:
 def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-normalized",
                     column_summary="column-normalized", title=None, ax=None,
                     normalization="absolute") -> ConfusionChart:
-    """Draw a confusion matrix with per-class summaries (MATLAB: ``confusionchart``).
+    """Draw a confusion matrix with summaries: a ``ConfusionChart`` (MATLAB's ``confusionchart``).
 
     Args:
-      true_labels, pred_labels: (N,) int class indices into ``class_names``, or (N,)
-        strings equal to class names.
+      true_labels, pred_labels: (N,) int indices into ``class_names``, or (N,) class names.
       class_names: the K class names, in index order.
-      row_summary: "row-normalized" (% correct / incorrect of each true class, i.e. recall),
-        "absolute", "total-normalized", or None / "off" to hide.
-      column_summary: "column-normalized" (% correct / incorrect of each predicted class,
-        i.e. precision), "absolute", "total-normalized", or None / "off".
-      title: the chart's title; None: the sample count and the share correct; "": none.
-      ax: Axes to draw the cells into; summaries are appended beside it. None makes a figure.
-      normalization: what the cells show: "absolute" counts, "row-normalized",
-        "column-normalized" or "total-normalized" percentages.
-
-    Returns:
-      A ``ConfusionChart`` with ``.figure``, ``.matrix`` (counts) and the summaries.
+      row_summary, column_summary: "row-normalized" (recall) / "column-normalized" (precision),
+        "absolute", "total-normalized", or None/"off".
+      title: None: the sample count and share correct; "": none.
+      ax: Axes for the cells (summaries appended beside); None makes a figure.
+      normalization: "absolute" counts, or "row-", "column-", "total-normalized" percent.
     """
     names = [str(c) for c in class_names]
     k, counts = len(names), confusion_matrix(true_labels, pred_labels, names,
@@ -136,8 +123,7 @@ def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-n
 
 
 def _summaries(divider, ax, counts, mode, axis: int):
-    """[correct, incorrect] per class along ``axis`` (1: true rows, 0: predicted columns),
-    drawn in an Axes appended right of (axis=1) or below (axis=0) the cells."""
+    """Draw [correct, incorrect] per true row (axis=1, right) or predicted column (0, below)."""
     correct = np.diag(counts)
     both = np.stack([correct, counts.sum(axis=axis) - correct], axis=axis)  # (K,2)|(2,K)
     whole = counts.sum() if mode == "total-normalized" else counts.sum(axis, keepdims=True)
@@ -154,7 +140,6 @@ def _summaries(divider, ax, counts, mode, axis: int):
 
 
 def _header(strip, axis: int) -> None:
-    """Name a summary strip and its two rows (below the cells) or columns (beside them)."""
     strip.spines[:].set_visible(False)
     strip.tick_params(left=False, bottom=False, labelleft=False, labelbottom=False)
     if axis == 1:

@@ -25,18 +25,14 @@ def _records(results) -> list[Mapping]:
 
 
 def speedup_table(results) -> list[dict]:
-    """Speedup and efficiency of each benchmark record over its smallest device count.
+    """Speedup and efficiency of each benchmark record over its smallest device count n0.
 
     Args:
-      results: bench JSON (a dict with "results") or a list of records, each with
-        ``model``, ``strategy`` (str), ``scaling`` ("weak" or "strong"), ``devices`` (int)
-        and ``images_per_s`` (float). Repeats of one configuration are reduced to their median.
+      results: bench JSON or a list of records (model, strategy, scaling, devices, images_per_s).
 
     Returns:
-      list of dicts (model, strategy, scaling, devices, images_per_s, speedup, efficiency)
-      sorted by model, strategy, scaling, devices. ``speedup`` = images/s at N devices over
-      images/s at 1 device of the same model/strategy/scaling (if the smallest count n0 > 1,
-      ``n0 * ips_N / ips_n0``); ``efficiency`` = speedup / devices.
+      Sorted dicts with images_per_s (median of repeats), speedup = n0 * ips_N / ips_n0 and
+      efficiency = speedup / N.
     """
     groups: dict[tuple, dict[int, list[float]]] = {}
     for r in _records(results):
@@ -55,18 +51,11 @@ def speedup_table(results) -> list[dict]:
 
 
 def speedup(results, *, ax=None, path=None):
-    """Plot images/s and speedup against device count, one line per system.
+    """A Figure of images/s and speedup (with the ideal line) against device count.
 
     Args:
-      results: as for ``speedup_table``; a bench JSON's ``environment["devices"]`` (the
-        devices in words) becomes the figure's title.
-      ax: a pair of Axes (images/s, speedup) to draw into; None makes a figure.
-      path: if given, the figure is also saved there (PNG by default).
-
-    Returns:
-      The matplotlib Figure: left, images/s at each device count with the values written
-      beside the points (useful with one device too); right, the speedup over the fewest
-      devices with the ideal y = x line dotted, or a note when only one count was measured.
+      results: as for ``speedup_table``; ``environment["devices"]`` becomes the title.
+      ax: a pair of Axes to draw into; None makes a figure. path: also save the figure there.
     """
     rows = speedup_table(results)
     if ax is None:
@@ -94,7 +83,6 @@ def speedup(results, *, ax=None, path=None):
 
 
 def _throughput_lines(ax, systems: dict, counts: list[int]) -> None:
-    """Images/s against device count, one line per system, each value written beside it."""
     for label, group in systems.items():
         style = "-o" if group[0]["scaling"] == "strong" else "--s"
         (line,) = ax.plot([r["devices"] for r in group], [r["images_per_s"] for r in group],
@@ -108,7 +96,6 @@ def _throughput_lines(ax, systems: dict, counts: list[int]) -> None:
 
 
 def _throughput_bars(ax, systems: dict, counts: list[int]) -> None:
-    """With one device count: one bar of images/s per system, its value at its end."""
     labels = list(systems)
     values = [systems[label][0]["images_per_s"] for label in labels]
     bars = ax.barh(labels, values, color=[f"C{i}" for i in range(len(labels))])
@@ -119,8 +106,7 @@ def _throughput_bars(ax, systems: dict, counts: list[int]) -> None:
 
 
 def _speedup_panel(ax, systems: dict, counts: list[int], styles) -> None:
-    """Each system's speedup in the style of its throughput line, the ideal line and
-    integer ticks; with fewer than two device counts, a note instead."""
+    """Each system's speedup and the ideal line; a note with fewer than two device counts."""
     ax.set_title("Speedup")
     if len(counts) < 2:
         ax.text(0.5, 0.5, f"Measured on {counts[0] if counts else 0} device(s) only:\n"

@@ -1,9 +1,4 @@
-"""The live sweep grid: one accuracy panel per job (MATLAB: the ``afterEach`` plots).
-
-Like the training-progress view it is a ``figures.LiveFigure``: updated in place in
-Jupyter, drawn elsewhere only when saved. The training-progress view is in
-``jaxflowers.plots.training_progress``; both are reachable from ``jaxflowers.plots``.
-"""
+"""The live sweep grid: one accuracy panel per job (MATLAB: the ``afterEach`` plots)."""
 from __future__ import annotations
 
 import math
@@ -31,16 +26,11 @@ _STATE_COLORS = {"done": "tab:green", "failed": "tab:red", "cancelled": "tab:gra
 
 
 class SweepProgressPlot(LiveFigure):
-    """Live grid with one accuracy panel per sweep job (MATLAB: the ``afterEach`` plots).
+    """A live grid of one accuracy panel per sweep job; ignores messages after ``close``.
 
     Args:
-      num_jobs: number of jobs, int >= 1.
-      titles: one name per job (default "Job 0", "Job 1", ...).
-      ncols: panels per row.
-      min_interval: least seconds between two redraws; ``update`` in between only appends.
-
-    In Jupyter it updates one displayed figure in place; ``save(path)`` writes it. After
-    ``close()`` it ignores further messages (jobs submitted later are not its own).
+      num_jobs: >= 1. titles: one per job (default "Job 0", ...). ncols: panels per row.
+      min_interval: least seconds between two redraws.
     """
 
     def __init__(self, num_jobs: int, *, titles=None, ncols: int = 2,
@@ -59,14 +49,7 @@ class SweepProgressPlot(LiveFigure):
         super().__init__(figsize=(4.5 * self.ncols, 3.2 * rows), min_interval=min_interval)
 
     def update(self, job_index: int, message: Mapping) -> None:
-        """Record one progress message of job ``job_index`` (0-based).
-
-        Args:
-          message: dict with ``state`` ("start", "iteration", "validation", "done", "failed"
-            or "cancelled"); iterations carry ``iteration`` (int) and ``accuracy`` (float,
-            %), validations ``iteration`` and ``validation_accuracy`` (float, %). Other keys
-            are ignored.
-        """
+        """Record one progress message (``state``, ``iteration``, ``[validation_]accuracy`` %)."""
         state = message.get("state", "iteration")
         with self._lock:
             if self.closed:  # the grid shows the jobs it was made for, as they ended
@@ -111,15 +94,11 @@ class SweepProgressPlot(LiveFigure):
 
 
 def sweep_progress(pool, *, titles=None, num_jobs: int | None = None, ncols: int = 2):
-    """Live sweep grid fed by a pool's progress messages (MATLAB: ``afterEach`` + plots).
+    """A ``SweepProgressPlot`` fed by ``pool.after_each`` (MATLAB: ``afterEach`` + plots).
 
     Args:
-      pool: an object with ``after_each(callback)``; the number of jobs comes from
-        ``num_jobs=``, else ``pool.num_jobs``, else ``len(pool.futures)``.
-      titles: one name per job.
-
-    Returns:
-      The ``SweepProgressPlot`` registered with ``pool.after_each``.
+      pool: has ``after_each(callback)`` and ``num_jobs`` or ``futures`` (else pass ``num_jobs``).
+      titles, ncols: as ``SweepProgressPlot``.
     """
     if num_jobs is None:
         num_jobs = getattr(pool, "num_jobs", None)

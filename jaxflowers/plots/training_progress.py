@@ -1,11 +1,5 @@
-"""The training-progress view (MATLAB: ``trainingOptions(..., Plots="training-progress")``).
-
-Accuracy and loss against iteration (mini-batch values raw and smoothed, validation
-points), epochs shaded and labelled, and an information panel: start and elapsed time,
-epoch and iteration of the total, validation frequency and result, hardware, learning
-rate, why training stopped. ``TrainingProgressPlot`` is the live view that ``train``
-drives (``update`` per report, ``close`` with the final ``info``: last frame, saved file);
-``training_progress`` draws a finished ``info`` once.
+"""The training-progress view (MATLAB: ``Plots="training-progress"``): ``train``'s live
+``TrainingProgressPlot``, and ``training_progress`` for a finished ``info``.
 """
 from __future__ import annotations
 
@@ -63,8 +57,7 @@ def _smooth(values: np.ndarray, weight: float) -> np.ndarray:
 
 
 def _epoch_spans(info, facts: RunFacts) -> list[tuple[float, float, int]]:
-    """(first, last, epoch) iteration bounds of every epoch, half-way between iterations:
-    all planned epochs when the epoch length is known, else those in ``info``."""
+    """(first, last, epoch) bounds of every planned (else recorded) epoch, between iterations."""
     ipe = facts.iterations_per_epoch
     if ipe:
         done = int(_field(info, "epoch").max(initial=1))
@@ -79,8 +72,7 @@ def _epoch_spans(info, facts: RunFacts) -> list[tuple[float, float, int]]:
 
 
 def _draw_epochs(acc, loss, spans) -> None:
-    """Every other epoch shaded in both panels; epoch numbers on the accuracy panel's top
-    axis (every k-th one when there are many)."""
+    """Shade every other epoch; number the epochs on the accuracy panel's top axis."""
     for ax in (acc, loss):
         for first, last, epoch in spans[1::2]:
             ax.axvspan(first, last, color="0.5", alpha=0.08, lw=0, gid="epoch")
@@ -97,7 +89,6 @@ def _draw_epochs(acc, loss, spans) -> None:
 
 
 def _draw_curves(acc, loss, info, smoothing: float) -> None:
-    """Training (raw and smoothed) and validation values of both panels, with legends."""
     it, val_it = _field(info, "iteration"), _field(info, "validation_iteration")
     for ax, key, ylabel, color in ((acc, "accuracy", "Accuracy (%)", BLUE),
                                    (loss, "loss", "Loss", RED)):
@@ -178,7 +169,6 @@ def _other_lines(info, facts: RunFacts, final: bool) -> list:
 
 
 def _draw_info(ax, lines) -> None:
-    """The information panel: section headings in bold, then label and value columns."""
     ax.set_axis_off()
     step = 1.0 / (len(lines) + 1)
     for row, (label, value) in enumerate(lines):
@@ -194,7 +184,6 @@ def _draw_info(ax, lines) -> None:
 
 
 def _draw_gpu(ax, history: dict) -> None:
-    """Utilisation (%) of each monitored GPU against seconds since the monitor started."""
     for g, index in enumerate(history["device"]):
         ax.plot(history["time"], history["utilization"][:, g], lw=1, label=f"GPU {index}")
     ax.set(ylim=(0, 105), xlabel="Time (s)", ylabel="GPU use (%)")
@@ -204,8 +193,7 @@ def _draw_gpu(ax, history: dict) -> None:
 
 def draw_figure(fig, info, facts: RunFacts, *, final: bool, smoothing: float = 0.8,
                 gpu: dict | None = None) -> None:
-    """The whole view into ``fig``: panels on the left (GPU use below them when given),
-    the information panel on the right."""
+    """The whole view into ``fig``: panels (and GPU use) left, the information panel right."""
     rows = 3 if gpu else 2
     grid = fig.add_gridspec(rows, 2, width_ratios=(3.2, 1), height_ratios=(3, 3, 2)[:rows])
     acc = fig.add_subplot(grid[0, 0])
@@ -224,21 +212,13 @@ def _summary(lines) -> str:
 
 
 def training_progress(info, *, ax=None, smoothing: float = 0.8):
-    """Draw accuracy and loss against iteration (MATLAB: the "training-progress" plot).
+    """A Figure of accuracy and loss against iteration (MATLAB: the "training-progress" plot).
 
     Args:
-      info: a ``TrainingInfo`` (or a mapping) with ``iteration`` (I,) int, 1-based;
-        ``epoch`` (I,) int; ``loss`` (I,) float; ``accuracy`` (I,) float, %;
-        ``learn_rate`` (I,) float; ``validation_iteration`` (V,) int; ``validation_loss``
-        and ``validation_accuracy`` (V,) float (%). Missing fields are left out.
-      ax: None for a new figure with the information panel, or a pair (accuracy Axes,
-        loss Axes) to draw only the two panels into.
-      smoothing: weight in [0, 1) of the exponential moving average drawn over the
-        mini-batch values (0: no smoothing).
-
-    Returns:
-      The matplotlib Figure: thin raw mini-batch values, a smoothed line, validation as
-      black dashed line with markers, every other epoch shaded and the epochs numbered.
+      info: a ``TrainingInfo`` or mapping: ``iteration``, ``epoch``, ``loss``, ``accuracy`` (%)
+        (I,); ``validation_iteration``, ``validation_loss``, ``validation_accuracy`` (V,).
+      ax: None for a figure with the information panel, or (accuracy, loss) Axes.
+      smoothing: moving-average weight in [0, 1) over the mini-batch values (0: none).
     """
     if ax is not None:
         draw_panels(ax[0], ax[1], info, smoothing=smoothing)
@@ -251,21 +231,11 @@ def training_progress(info, *, ax=None, smoothing: float = 0.8):
 class TrainingProgressPlot(LiveFigure):
     """The live training-progress view that ``train`` drives (``Plots="training-progress"``).
 
-    In Jupyter it shows one figure and updates it in place without blocking the loop;
-    elsewhere ``update`` only keeps the data. ``close(info)`` draws the final frame from
-    the finished ``info`` (so it agrees with the table) and saves it: to ``path``, or
-    outside Jupyter to ``training_progress.png`` in the working folder; one line says where.
-
     Args:
-      path: where ``close`` saves the figure (PNG, PDF, SVG by extension); None: the
-        default file outside Jupyter, no file in Jupyter.
-      max_epochs, iterations_per_epoch, validation_frequency: the run's plan (ints), for
-        the x range, the epoch labels and the information panel.
-      hardware: the devices in words, e.g. "4 x NVIDIA H200 (shard_map)".
-      monitor: optional ``GPUMonitor``; once it has samples a third panel shows each GPU's
-        utilisation over time.
-      min_interval: least seconds between two redraws in Jupyter.
-      smoothing: moving-average weight, as in ``training_progress``.
+      path: where ``close`` saves it; None: ``DEFAULT_PATH`` outside Jupyter, none in Jupyter.
+      max_epochs, iterations_per_epoch, validation_frequency, hardware: for the panels.
+      monitor: optional ``GPUMonitor``, drawn as a panel of GPU use.
+      min_interval: least seconds between redraws in Jupyter; smoothing: as ``training_progress``.
       stream: where the "saved to" line goes (default ``sys.stdout``).
     """
 
@@ -288,13 +258,7 @@ class TrainingProgressPlot(LiveFigure):
         self._changed()
 
     def close(self, info=None) -> pathlib.Path | None:
-        """Draw the final frame from ``info`` (the finished ``TrainingInfo``), show it in
-        Jupyter, save it (see the class doc) and stop updating.
-
-        Returns:
-          The file written, or None (Jupyter without ``path``, or saving failed: a warning
-          says why; training's results are never lost to a plot).
-        """
+        """Draw the final frame from ``info``, save it, stop; the file or None (warned)."""
         with self._lock:
             if info is not None:
                 self.info = info
@@ -312,7 +276,7 @@ class TrainingProgressPlot(LiveFigure):
                 info_lines(self.info or {}, self.facts, final=True))}
                 if path.suffix.lower() in ("", ".png") else None)
             self.save(path, metadata=metadata)
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError) as error:  # why: a plot never loses training's results
             warnings.warn(f"the training-progress plot could not be saved to {path}: {error}",
                           stacklevel=3)
             return None
