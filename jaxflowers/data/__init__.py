@@ -1,8 +1,6 @@
 """Data: image sets and folders, the embedded digits, downloads, TFDS, on-device augmentation.
 
-Names load on first use (``lazy_loader``): only ``Augmentation`` needs JAX, so a sweep's
-caller can build resize caches with ``ImageFolder`` and the cache's decode processes start
-without importing it.
+Names load on first use: only ``Augmentation`` needs JAX, which decode processes must not load.
 """
 import lazy_loader
 

@@ -1,10 +1,7 @@
 """On-device augmentation in jax.numpy: MATLAB's ``imageDataAugmenter``, run inside the step.
 
-Every sample draws its own transform from its own key. The trainer derives that key from
-the sample's position in the *global* mini-batch, so the same seed gives the same
-augmented batch on 1 or N devices. JAX is imported by the functions that trace, so
-``TrainingOptions(augmentation=...)`` can be built and checked where JAX must not load
-(a sweep's caller).
+Each sample's key comes from its position in the *global* batch, so a seed gives the same batch
+on 1 or N devices. JAX is imported inside the functions (a sweep's caller must not load it).
 """
 from __future__ import annotations
 
@@ -31,13 +28,10 @@ class Augmentation:
     """Random geometric augmentation applied on the device (``imageDataAugmenter``).
 
     Attributes:
-      reflect_x: flip left-right with probability 1/2 (``RandXReflection``).
-      reflect_y: flip top-bottom with probability 1/2 (``RandYReflection``).
-      translate_x: inclusive range of whole-pixel horizontal shifts (``RandXTranslation``);
-        uncovered pixels are filled with zeros.
-      translate_y: the same vertically (``RandYTranslation``).
-      random_crop: ``(height, width)`` of a crop taken at a uniformly random position
-        (``augmentedImageDatastore(..., OutputSizeMode="randcrop")``); None keeps the size.
+      reflect_x, reflect_y: flip with probability 1/2 (``RandXReflection``, ``RandYReflection``).
+      translate_x, translate_y: inclusive ranges of whole-pixel shifts, zero fill
+        (``RandXTranslation``, ``RandYTranslation``).
+      random_crop: ``(height, width)`` of a crop at a random position (``"randcrop"``), or None.
     """
 
     reflect_x: bool = False  # random left-right mirror
@@ -67,14 +61,9 @@ class Augmentation:
         return (*self.random_crop, channels)
 
     def __call__(self, images: jax.Array, keys: jax.Array) -> jax.Array:
-        """Augment a batch.
+        """Augment (B, H, W, C) ``images`` of any dtype with ``keys``: (B,) typed or (B, 2) raw.
 
-        Args:
-          images: (B, H, W, C) array of any dtype (uint8 in the trainer).
-          keys: (B,) typed PRNG keys, or (B, 2) uint32 raw keys, one per image.
-
-        Returns:
-          (B, H', W', C) array of the input dtype; H', W' differ only with ``random_crop``.
+        Returns (B, H', W', C) of the input dtype; H', W' differ only with ``random_crop``.
         """
         import jax
 
@@ -103,14 +92,10 @@ class Augmentation:
 
 
 def translate(image: jax.Array, dx, dy) -> jax.Array:
-    """Shift one (H, W, C) image right by ``dx`` and down by ``dy`` pixels, filling zeros.
-
-    ``out[y, x] = image[y - dy, x - dx]`` where that lies inside the image, else 0.
-    Written as a row gather and a column gather with a mask, which XLA fuses into one
-    pass, rather than padding and slicing (a 9x larger temporary at 224x224).
-    """
+    """Shift one (H, W, C) image right by ``dx`` and down by ``dy`` pixels, filling zeros."""
     import jax.numpy as jnp
 
+    # Two gathers and a mask, which XLA fuses into one pass; padding would need a large temporary.
     height, width = image.shape[:2]
     ys = jnp.arange(height) - dy
     xs = jnp.arange(width) - dx
@@ -121,11 +106,7 @@ def translate(image: jax.Array, dx, dy) -> jax.Array:
 
 
 def normalize(images: jax.Array, mean: jax.Array, std: jax.Array, dtype) -> jax.Array:
-    """(B, H, W, C) uint8 -> ``dtype``, minus the per-channel ``mean``, over ``std``.
-
-    The arithmetic is float32 and only the result is cast, so bfloat16 inputs lose nothing
-    before the first convolution.
-    """
+    """(B, H, W, C) uint8 -> ``dtype``, minus the per-channel ``mean``, over ``std``."""
     import jax.numpy as jnp
 
-    return ((images.astype(jnp.float32) - mean) / std).astype(dtype)
+    return ((images.astype(jnp.float32) - mean) / std).astype(dtype)  # float32, then cast

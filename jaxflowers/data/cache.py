@@ -1,25 +1,8 @@
-"""Resize once: decode every image of a folder into one memory-mapped uint8 ``.npy`` file.
+"""Resize once (MATLAB's ``transform`` + ``writeall``): a folder into one uint8 ``.npy`` memmap.
 
-The MATLAB workflow pre-resizes a datastore with ``transform`` + ``writeall``; here that is
-automatic. :func:`open_or_build` returns the cache for a list of files, building it the
-first time and reusing it afterwards, across runs and processes.
-
-* **Key.** A digest of the file list (paths or URLs, each with its fingerprint: size,
-  mtime, inode and ctime, or the ETag), the target size and the resize method. Any change
-  to a file, the list or the size gives a new cache, and the folder's older caches are
-  removed once the new one is complete.
-* **Process-safe, atomic.** The build holds ``fcntl.flock`` on ``<stem>.lock``; the array
-  is written to a temporary file in the same folder and moved into place with
-  ``os.replace``, so two processes building at once end with one valid cache and a reader
-  never sees half a file.
-* **Integrity.** A sidecar ``<stem>.json`` holds the key, shape, dtype and an xxh3-128
-  digest of the whole ``.npy`` file (several GB/s, so every process may check it). A cache
-  whose bytes no longer match is rebuilt with a warning, never used.
-* **Fast.** Images are read, decoded and written straight into the file with ``os.pwrite``,
-  so memory stays flat however large the set. Many local files on a machine with more than
-  two cores are decoded in worker processes (:mod:`jaxflowers.data.decode`): decoding and
-  resizing small images is mostly Python holding the GIL, so threads stop scaling at a few
-  cores. Otherwise (small sets, remote sources) a thread pool does it.
+The key digests the file list with fingerprints, the size and the resize method. A build holds
+``flock`` on ``<stem>.lock`` and lands by ``os.replace``; the sidecar ``<stem>.json`` holds an
+xxh3-128 digest checked on every open (a mismatch rebuilds). Memory stays flat (``os.pwrite``).
 """
 from __future__ import annotations
 
@@ -56,9 +39,8 @@ class ResizeCache:
 
     Attributes:
       path: the ``.npy`` file.
-      images: read-only memory map, uint8 (N, H, W, 3), one row per file in list order.
-      failed: ``{row: reason}`` for files that could not be decoded (rows left zero; never
-        hand them out). Empty unless the cache was built with ``on_error="skip"``.
+      images: read-only memmap, uint8 (N, H, W, 3), one row per file in list order.
+      failed: ``{row: reason}`` of undecodable files (rows left zero; never hand them out).
     """
 
     path: str
@@ -66,8 +48,7 @@ class ResizeCache:
     failed: dict[int, str]
 
     def take(self, rows: np.ndarray) -> np.ndarray:
-        """uint8 (len(rows), H, W, 3), read-only: a slice of the memory map when ``rows`` is
-        a contiguous run (a whole folder), else a copy gathered into memory."""
+        """uint8 (len(rows), H, W, 3), read-only: a memmap slice if contiguous, else a copy."""
         if rows.size and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):
             return self.images[rows[0]:rows[0] + rows.size]
         out = self.images[rows]
@@ -109,28 +90,15 @@ def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
                   cache_dir: str | os.PathLike | None = None, name: str = "images",
                   workers: int | None = None, on_error: str = "raise",
                   processes: bool | None = False, origin: str | None = None) -> ResizeCache:
-    """The resize cache of ``files``: opened if a valid one exists, else built (once).
+    """The uint8 (N, height, width, 3) :class:`ResizeCache` of ``files``: opened, or built once.
 
     Args:
-      files: N paths or URLs, in row order.
-      fingerprints: N strings that change when a file changes (size and mtime, or ETag).
+      files, fingerprints: N paths or URLs in row order, and N strings that change with a file.
       read: returns the bytes of one entry of ``files``; called from worker threads.
-      image_size: (height, width) of every cached image.
-      cache_dir: folder for the cache; default :func:`default_cache_dir`.
-      name: readable prefix of the cache's file names (the folder's name).
-      workers: decoding threads, or processes when decoding in processes; default
-        :func:`default_workers` threads or ``decode.default_processes()`` processes.
-      on_error: ``"raise"``: a file that cannot be read or decoded raises ``OSError``
-        naming it; ``"skip"``: it is recorded in ``ResizeCache.failed``.
-      processes: build in decode processes, which read ``files`` as local paths
-        themselves (not through ``read``), or in threads (False). None (for local files
-        only) decides: processes for at least ``decode.PROCESS_MIN_FILES`` files on at
-        least ``decode.PROCESS_MIN_CPUS`` CPUs.
-      origin: the folder or URL the files come from; once a new cache of it is built, its
-        older caches (other keys, same size) are removed.
-
-    Returns:
-      A :class:`ResizeCache` whose ``images`` is uint8 (N, height, width, 3).
+      image_size, cache_dir, workers, on_error: as ``ImageFolder``'s.
+      name: readable prefix of the cache's file names.
+      processes: decode in processes (reading local paths), threads (False), or None: decide.
+      origin: the folder or URL; a new cache of it removes its older ones at the same size.
     """
     cache_dir = os.path.abspath(os.fspath(cache_dir or default_cache_dir()))
     key = cache_key(files, fingerprints, image_size)
@@ -168,8 +136,7 @@ def _build_kept(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...
 
 def _build_unkept(base: str, key: str, files: Sequence[str], shape: tuple[int, ...],
                   how: _Decoding) -> ResizeCache:
-    """Build in a private temporary folder and delete it at once: the memory map keeps the
-    deleted file's pages readable (POSIX) until the images are no longer used."""
+    """Build in a temporary folder deleted at once; the memmap keeps the pages (POSIX)."""
     folder = tempfile.mkdtemp(prefix="jaxflowers-resize-")
     try:
         return _build(os.path.join(folder, base), key, files, shape, how)
@@ -178,7 +145,6 @@ def _build_unkept(base: str, key: str, files: Sequence[str], shape: tuple[int, .
 
 
 class _Decoding(NamedTuple):
-    """How a build decodes: the reader, the worker count and kind, and what an error does."""
     read: Callable[[str], bytes]  # used by threads; processes read local files themselves
     workers: int | None  # threads or processes; None: the default of the kind
     on_error: str
@@ -207,10 +173,7 @@ def _locked(path: str):
 
 
 def _open_valid(stem: str, key: str, shape: tuple[int, ...]) -> tuple[ResizeCache | None, str]:
-    """(cache, "") if ``stem`` holds a valid cache for ``key``; else (None, what is wrong).
-
-    A missing cache is not a problem (""); a present but damaged one is.
-    """
+    """(cache, "") if ``stem`` holds a valid cache for ``key``; else (None, problem or "")."""
     npy, meta = stem + ".npy", stem + ".json"
     if not os.path.exists(npy) and not os.path.exists(meta):
         return None, ""
@@ -250,9 +213,7 @@ def _build(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
 
 
 def _remove_older(stem: str, origin: str | None, shape: tuple[int, ...]) -> None:
-    """Remove the other caches of ``origin`` at this image size (earlier versions of the
-    folder), now that ``stem`` holds a complete one. A process still reading one keeps its
-    memory map: POSIX frees the pages when it is done."""
+    """Remove the other caches of ``origin`` at this size; open memmaps keep their pages."""
     if origin is None:
         return
     prefix = stem[:stem.rindex("-") + 1]  # <name>-<H>x<W>-
@@ -287,7 +248,7 @@ def _decode_into(path: str, offset: int, files: Sequence[str], shape: tuple[int,
     """Decode every file into its row of ``path``; return ``{row: reason}`` of failures."""
     desc = f"Resizing {len(files)} images to {shape[1]}x{shape[2]}"
     in_processes = how.processes
-    if in_processes is None:
+    if in_processes is None:  # processes: decoding small images is Python holding the GIL
         in_processes = decode.use_processes(len(files))
     fd = os.open(path, os.O_WRONLY)
     try:
@@ -307,7 +268,6 @@ def _decode_into(path: str, offset: int, files: Sequence[str], shape: tuple[int,
 def _decode_in_threads(fd: int, offset: int, files: Sequence[str],
                        read: Callable[[str], bytes], shape: tuple[int, ...], workers: int,
                        on_error: str, desc: str) -> dict[int, str]:
-    """Decode every file into its row of the file ``fd`` in a thread pool; ``{row: reason}``."""
     # Tasks of several rows: one future per tiny image (CIFAR) costs more than decoding it.
     step = max(1, min(32, len(files) // (8 * workers)))
     pool = concurrent.futures.ThreadPoolExecutor(workers)

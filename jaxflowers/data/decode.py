@@ -1,19 +1,8 @@
 """Build a resize cache in worker processes: the process side of :mod:`jaxflowers.data.cache`.
 
-PIL decodes and resizes a small image in a fraction of a millisecond, and much of what a
-row costs around that (opening the file, PIL's plugin dispatch, numpy, the write) is
-Python holding the GIL, so a thread pool stops scaling at a few cores: 2,100-3,000
-images/s for 50,000 small PNGs on 32 cores. For many local files the cache therefore
-splits the rows into one contiguous run per worker process; each worker opens the
-half-built cache file itself and writes its rows with ``os.pwrite``. Only file names go
-in (JSON on stdin) and only row counts and per-file errors come back (JSON lines on
-stdout); no image crosses a pipe.
-
-The workers are plain ``python -m jaxflowers.data.decode`` subprocesses, like the sweep's,
-not a ``multiprocessing`` pool: ``fork`` is unsafe in a caller with threads, and
-``spawn``/``forkserver`` re-run the caller's ``__main__`` script in every worker. A script
-without an ``if __name__ == "__main__":`` guard would then build the same cache in each
-worker and wait for ever on the lock its parent holds. Nothing here imports JAX.
+Each worker writes its own run of rows into the half-built file (``os.pwrite``); only names and
+row counts cross the pipes (JSON). Workers are ``python -m`` subprocesses: ``fork`` is unsafe
+with threads, and ``spawn`` re-runs an unguarded ``__main__`` (it would wait on its parent's lock).
 """
 from __future__ import annotations
 
@@ -29,11 +18,9 @@ from typing import Iterator, Sequence
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
 from jaxflowers.host.processes import start_module
 
-# Fewer files: starting the workers (~0.3 s each, side by side) costs about what they
-# save; about the break-even for small PNGs on 2 CPUs (benchmarks/cache_build.py --files).
+# Fewer files: starting the workers costs about what they save.
 PROCESS_MIN_FILES = 2_000
-# Fewer CPUs: threads, so small machines (CI, a laptop) never pay the start-up; on 2
-# shared CPUs processes measured 0.8x to 1.7x the threads' speed at 6,000 PNGs.
+# Fewer CPUs: threads, so small machines (CI, a laptop) never pay the start-up.
 PROCESS_MIN_CPUS = 3
 _BATCH = 32  # rows between two progress messages of a worker
 _MODULE = "jaxflowers.data.decode"
@@ -61,22 +48,8 @@ def decode_in_processes(path: str, offset: int, files: Sequence[str], shape: tup
                         *, processes: int, on_error: str, desc: str) -> dict[int, str]:
     """Decode local ``files`` into their rows of the ``.npy`` file ``path`` in processes.
 
-    Args:
-      path: the cache file being built, already its full size; row ``i`` starts at
-        ``offset + i * H * W * 3``.
-      offset: the byte offset of the array data in ``path``.
-      files: N local paths, in row order.
-      shape: (N, H, W, 3).
-      processes: worker processes (at most N are started).
-      on_error: ``"raise"``: the first file that fails raises ``OSError`` naming it and
-        stops the workers; ``"skip"``: every failure is returned.
-      desc: the progress bar's label.
-
-    Returns:
-      ``{row: "ErrorType: message"}`` of the files that could not be read or decoded.
-
-    Raises:
-      OSError (``on_error="raise"``); RuntimeError when a worker dies or stops early.
+    ``path`` is full size, its data at ``offset``; ``shape`` is (N, H, W, 3); at most N processes
+    start. Returns ``{row: "ErrorType: message"}``; with ``on_error="raise"`` the first raises.
     """
     from tqdm.auto import tqdm
 
@@ -109,9 +82,7 @@ def decode_in_processes(path: str, offset: int, files: Sequence[str], shape: tup
 
 
 class _Worker:
-    """One ``python -m jaxflowers.data.decode`` process; a thread puts its messages in
-    ``inbox`` as ``(worker, message)`` and ``(worker, None)`` at the end; its stderr goes to
-    a temporary file."""
+    """One worker process; a thread puts ``(worker, message)`` in ``inbox``, None at the end."""
 
     def __init__(self, inbox: queue.Queue):
         self.rows = 0  # rows the worker reported done (decoded or failed)
@@ -129,8 +100,7 @@ class _Worker:
             pass
 
     def check(self, expected: int) -> None:
-        """Raise unless the worker exited 0 having done ``expected`` rows; pass on its
-        warnings (PIL's, say) to this process's stderr."""
+        """Raise unless the worker exited 0 after ``expected`` rows; pass on its stderr."""
         returncode = self.proc.wait()
         self.log.seek(0)
         text = self.log.read().decode("utf-8", errors="replace")
@@ -166,7 +136,6 @@ class _Worker:
 
 
 def _messages(inbox: queue.Queue, running: int) -> Iterator[tuple[_Worker, dict]]:
-    """The workers' messages as they arrive, until ``running`` workers have ended."""
     while running:
         worker, message = inbox.get()
         if message is None:

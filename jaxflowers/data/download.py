@@ -1,20 +1,7 @@
 """Download an archive through pooch (sha256-checked, retried), then extract it safely.
 
-``download_flowers`` fetches the 218 MB Flowers archive the MATLAB example uses;
-``download_and_extract`` does the work for any tar archive:
-
-1. pooch streams the URL into a temporary file beside the destination (tqdm bar when
-   stderr is a terminal), checks its sha256 and moves it into place, retrying a failed or
-   damaged transfer; a bad file is deleted (``ChecksumError``);
-2. every member is checked (no absolute paths, no ``..``, links only downwards, no device
-   files), and the whole archive refused if one fails; then it is extracted with
-   tarfile's ``filter="data"`` into a temporary folder inside ``dest`` and renamed into
-   place;
-3. a marker file names the hash: a later call that finds it and the extracted folders
-   returns at once, without touching the network.
-
-URLs may be ``http(s)://``, ``ftp://`` (pooch's), ``file://`` or, with fsspec installed,
-any protocol fsspec knows (``gs://``, ``s3://``, ``memory://``...).
+The whole archive is refused if one member is unsafe; it is extracted into a temporary folder in
+``dest`` and renamed into place. A marker naming the hash lets a later call skip the network.
 """
 from __future__ import annotations
 
@@ -54,21 +41,10 @@ class UnsafeArchiveError(ValueError):
 def download_flowers(dest: str | os.PathLike, *, url: str = FLOWERS_URL,
                      sha256: str = FLOWERS_SHA256, retries: int = 3,
                      progress: bool = True) -> pathlib.Path:
-    """Download and extract the Flowers photos (3,670 JPEGs in 5 class folders).
+    """Download and extract the Flowers photos; the MATLAB example's ``websave`` + ``untar``.
 
-    The MATLAB example's ``websave`` + ``untar`` of ``flower_photos.tgz``, with a sha256
-    check and safe, idempotent extraction (see ``download_and_extract``).
-
-    Args:
-      dest: folder to download into; created if missing.
-      url: where to fetch the archive (a mirror, or ``file://`` for a local copy).
-      sha256: expected hex digest of the archive.
-      retries: how many times to retry a failed or damaged transfer.
-      progress: show a progress bar (only where stderr is a terminal).
-
-    Returns:
-      ``dest / "flower_photos"``, the folder holding the class folders (daisy, dandelion,
-      roses, sunflowers, tulips), ready for ``ImageFolder``.
+    ``url`` may be a mirror or ``file://``; the other arguments are :func:`download_and_extract`'s.
+    Returns ``dest / "flower_photos"``, holding the five class folders, ready for ``ImageFolder``.
     """
     root = download_and_extract(url, dest, sha256=sha256, retries=retries,
                                 progress=progress) / "flower_photos"
@@ -82,18 +58,11 @@ def download_and_extract(url: str, dest: str | os.PathLike, *, sha256: str,
                          keep_archive: bool = False) -> pathlib.Path:
     """Download a tar archive (any compression), verify it, and extract it into ``dest``.
 
-    Like ``tar -C dest -xf archive``: a member ``a/b.jpg`` ends up at ``dest/a/b.jpg``.
-    Unsafe archives are refused as a whole (``UnsafeArchiveError``, nothing extracted):
-    absolute member names, ``..`` components, special files (devices, FIFOs), and
-    symbolic or hard links whose target is absolute or contains ``..``. Links may only
-    point into their own folder or below; that rule is checked here on every Python
-    version, and tarfile's ``filter="data"`` is applied on top where it exists.
-
     Args:
       url: ``http(s)://``, ``ftp://``, ``file://`` or an fsspec URL of a tar archive.
-      dest: destination folder; created if missing; must not be a file.
-      sha256: expected hex digest of the archive (case-insensitive).
-      retries: retries of a failed or damaged transfer (each starts again from zero).
+      dest: destination folder (``tar -C dest -xf``); created if missing.
+      sha256: expected hex digest of the archive.
+      retries: retries of a failed or damaged transfer.
       progress: show a progress bar where stderr is a terminal.
       timeout: seconds a connection may stall.
       keep_archive: keep ``dest/<archive name>`` after extracting it.
@@ -102,10 +71,8 @@ def download_and_extract(url: str, dest: str | os.PathLike, *, sha256: str,
       ``dest`` as a ``pathlib.Path``.
 
     Raises:
-      DownloadError: an HTTP or connection error, after ``retries`` retries.
-      ChecksumError: the sha256 differs; the bad file is deleted, nothing is extracted.
-      UnsafeArchiveError: see above.
-      NotADirectoryError: ``dest`` is a file.
+      DownloadError, ChecksumError: the transfer failed, or its sha256 differs (file deleted).
+      UnsafeArchiveError: an absolute or ``..`` name, a special file, or a link leaving its folder.
       ValueError: the URL scheme is not supported, or the file is no tar archive.
     """
     sha256 = _check_sha256(sha256)
@@ -125,8 +92,7 @@ def download_and_extract(url: str, dest: str | os.PathLike, *, sha256: str,
 
 def _fetch(url: str, archive: pathlib.Path, *, sha256: str, retries: int, progress: bool,
            timeout: float) -> pathlib.Path:
-    """``archive``, downloaded through pooch unless it is already there (pooch checks the
-    hash of a file present too)."""
+    """``archive``, downloaded through pooch unless present (pooch checks its hash too)."""
     import pooch
     import requests
 
@@ -150,8 +116,7 @@ def _fetch(url: str, archive: pathlib.Path, *, sha256: str, retries: int, progre
 
 
 def _http(progress: bool, timeout: float):
-    """pooch's HTTP downloader, except that a client error (404, 403...) fails at once:
-    retrying cannot make a missing file appear."""
+    """pooch's HTTP downloader, failing at once on a client error (retrying cannot help)."""
     import pooch
     import requests
 
@@ -216,7 +181,6 @@ def _fsspec_knows(scheme: str) -> bool:
 
 
 def _is_extracted(marker: pathlib.Path, sha256: str) -> bool:
-    """True when ``marker`` records ``sha256`` and every folder it lists still exists."""
     try:
         record = json.loads(marker.read_text())
     except (OSError, ValueError):
@@ -228,11 +192,7 @@ def _is_extracted(marker: pathlib.Path, sha256: str) -> bool:
 # ---------------------------------------------------------------- safe extraction
 
 def _extract_safely(archive: pathlib.Path, dest: pathlib.Path) -> list[str]:
-    """Check every member, extract into a temporary folder in ``dest``, rename into place.
-
-    Returns:
-      The sorted top-level names the archive created in ``dest``.
-    """
+    """Check, extract into a temporary folder, rename into ``dest``; the sorted top names."""
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{archive.name}.extracting-", dir=dest))
     try:
         _extract_checked(archive, tmp)
@@ -277,11 +237,7 @@ def _member_problem(member: tarfile.TarInfo) -> str | None:
 
 
 def _leaves_folder(name: str) -> bool:
-    """True for names that could resolve outside the folder they are relative to.
-
-    Without '..' and without an absolute start every name, and every link target, points
-    to the same folder or below; so a chain of such links cannot climb out either.
-    """
+    """True for absolute or ``..`` names; without those, no chain of links can climb out."""
     posix, windows = PurePosixPath(name), PureWindowsPath(name)
     return (not name or posix.is_absolute() or bool(windows.drive or windows.root)
             or ".." in posix.parts or ".." in windows.parts)

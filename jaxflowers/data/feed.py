@@ -1,20 +1,8 @@
 """The iteration plan both feeds share, the resident feed, and the choice between feeds.
 
-The host decides once, before training, which samples form every iteration's mini-batch
-(seeded, per-epoch permutations; the last partial batch of each epoch dropped, as MATLAB
-does). A set that fits the device memory budget is resident: the training program copies
-it to every device once and its step gathers each batch there, so no image crosses the
-host-device link after the first copy. A larger one streams through grain
-(:mod:`jaxflowers.data.stream`) in the same plan, so both feeds train the same numbers.
-Feeds only supply host arrays; placing them and compiling the step is
-``program.TrainProgram``'s job, so nothing here knows about devices beyond their memory.
-
-With several processes (``jaxflowers.distributed.initialize``) every process holds the whole host set
-and draws the same plan (it is seeded); a resident set is copied to each device of every
-process, which then gathers its own columns of each batch, exactly as on one process.
-Copying the set to every device is what resident means anyway, so this costs no more
-device memory than one host with as many devices; the alternative (each process keeping
-only the rows its devices need) would make the gather a cross-host exchange.
+The host draws every batch once (seeded; an epoch's partial last batch dropped, as MATLAB
+does), so the resident feed and the streamed one (:mod:`jaxflowers.data.stream`) train the same
+numbers. Feeds supply host arrays (``TrainProgram`` places them); every process draws the plan.
 """
 from __future__ import annotations
 
@@ -50,17 +38,10 @@ def _size(nbytes: int) -> str:
 
 
 def choose_placement(requested: str, data, devices) -> Placement:
-    """Resolve ``TrainingOptions.data_placement`` for ``data`` on ``devices``.
+    """Resolve ``TrainingOptions.data_placement`` ("resident", "stream" or "auto") for ``data``.
 
-    Args:
-      requested: "resident", "stream", or "auto" (resident when the uint8 images and
-        int32 labels fit :func:`device_memory_budget`, else stream).
-      data: an image set with ``images`` (N, H, W, C) uint8 (only its shape is used: a
-        memory map is not read, a folder's subset not gathered).
-      devices: this process's devices the set would be replicated on.
-
-    Returns:
-      A :class:`Placement`.
+    "auto" is resident if the uint8 images (only their shape is read) fit
+    :func:`device_memory_budget` of ``devices``, this process's devices.
     """
     nbytes = len(data) * (int(np.prod(image_shape(data))) + 4)
     budget = device_memory_budget(devices)
@@ -71,19 +52,14 @@ def choose_placement(requested: str, data, devices) -> Placement:
 
 
 def image_shape(data) -> tuple[int, ...]:
-    """(H, W, C) of an image set's images, without reading (or gathering) them when the set
-    knows it (``ImageSet`` and ``ImageFolder`` have ``image_shape``)."""
+    """(H, W, C) of an image set's images, without reading them where the set knows it."""
     shape = getattr(data, "image_shape", None)
     return tuple(shape) if shape is not None else tuple(data.images.shape[1:])
 
 
 def device_memory_budget(devices) -> int:
-    """Bytes of each device's memory a resident training set may take.
-
-    ``$JAXFLOWERS_DEVICE_MEMORY_BUDGET`` if set; else 40% of the smallest device memory
-    limit (``memory_stats()["bytes_limit"]``); else 8 GiB of host memory split among the
-    devices (CPU devices report no limit and hold one copy each in the same RAM).
-    """
+    """Bytes per device a resident set may take: ``$JAXFLOWERS_DEVICE_MEMORY_BUDGET``, else
+    a share of the smallest device's memory limit, else a host budget split among devices."""
     override = os.environ.get(BUDGET_ENV)
     if override:
         return int(override)
@@ -110,9 +86,7 @@ def epoch_order(num_samples: int, mini_batch_size: int, num_epochs: int, shuffle
                 seed: int) -> np.ndarray:
     """int32 (num_epochs * steps_per_epoch, mini_batch_size): sample indices per iteration.
 
-    ``shuffle``: "once" draws one permutation for all epochs, "every-epoch" a new one per
-    epoch, "never" keeps the data order. The plan depends only on the arguments, not on
-    the number of devices, so 1 and N devices see the same global batches.
+    ``shuffle`` is "once", "every-epoch" or "never"; the plan does not depend on the device count.
     """
     steps = steps_per_epoch(num_samples, mini_batch_size)
     rng = np.random.default_rng(seed)
@@ -125,11 +99,7 @@ def epoch_order(num_samples: int, mini_batch_size: int, num_epochs: int, shuffle
 
 
 def channel_stats(images: np.ndarray, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel mean and standard deviation (float32 (C,)) of uint8 (N, H, W, C) images.
-
-    Read in chunks so a memory-mapped set is never turned into floats whole. (A resident
-    set is measured on its devices instead: ``TrainProgram.channel_stats``.)
-    """
+    """Per-channel mean and std (float32 (C,)) of uint8 (N, H, W, C) images, read in chunks."""
     channels = images.shape[-1]
     total, squares, count = np.zeros(channels), np.zeros(channels), 0
     for start in range(0, len(images), chunk):
@@ -141,22 +111,18 @@ def channel_stats(images: np.ndarray, chunk: int = 256) -> tuple[np.ndarray, np.
 
 
 def stats_from_moments(total, squares, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, std) float32 from per-channel sums of values and of squares over ``count``
-    values; a std below 1 (a near-constant channel) is taken as 1."""
+    """(mean, std) float32 from per-channel sums and sums of squares; std at least 1."""
     mean = np.asarray(total, np.float64) / count
     std = np.sqrt(np.maximum(np.asarray(squares, np.float64) / count - mean**2, 0.0))
     return mean.astype(np.float32), np.maximum(std, 1.0).astype(np.float32)
 
 
 class ResidentData:
-    """A training set to be copied once to every device, and its iteration plan.
+    """A training set copied once to every device, and its iteration plan.
 
     Attributes:
-      data: the image set (its ``images`` are read when ``host_arrays`` is called, a
-        folder's subset gathered then).
-      shape: (N, H, W, C) of the images (known without reading them).
+      data, shape: the image set (read by ``host_arrays``) and its (N, H, W, C).
       order: int32 (iterations, global batch) sample indices per iteration.
-      steps_per_epoch: iterations per epoch.
     """
 
     kind = "resident"

@@ -1,30 +1,8 @@
-"""ImageFolder: one sub-folder per class, labels from folder names, resized once into a cache.
+"""ImageFolder: MATLAB's ``imageDatastore(..., LabelSource="foldernames")``, resized once.
 
-MATLAB's ``imageDatastore(root, IncludeSubfolders=true, LabelSource="foldernames")`` plus a
-pre-resize (``transform`` + ``writeall``)::
-
-    ds = ImageFolder("flower_photos", image_size=(224, 224))
-    train, test = ds.split_each_label(0.9, seed=0)
-    train.images          # uint8 (N, 224, 224, 3), decoded once, then memory-mapped
-
-Layout ``root/<class>/<image>``: the class is the first-level folder under ``root`` (names
-sorted); with ``include_subfolders`` images are found at any depth below it. Symbolic links
-are followed (each folder visited once). Names starting with "." are ignored, and so are
-non-image files directly in ``root`` (a LICENSE, a README).
-
-Construction only lists the files. The first read of ``images`` (or ``load()``) decodes
-them all in parallel into the resize cache of :mod:`jaxflowers.data.cache`, which later runs
-and other processes reuse; subsets and splits index into their parent's cache.
-
-Problems:
-  * non-image files in class folders (by extension) are skipped, listed in ``skipped`` and
-    reported in one warning;
-  * an empty, unreadable, truncated or undecodable image raises ``OSError`` naming the file
-    (empty ones at construction, the others when first decoded). With ``on_error="skip"``
-    they are left out, listed in ``skipped`` and reported in one warning; which files
-    survive is then known only after decoding, so ``files``, ``labels``, ``len()`` and
-    splitting build (or open) the cache first;
-  * a class folder without a single image raises ``ValueError`` naming it.
+Layout ``root/<class>/<image>``; names starting with "." are ignored. Construction only lists
+files; the first read of ``images`` decodes them into :mod:`jaxflowers.data.cache`, which subsets
+share. With ``on_error="skip"``, ``files``, ``labels`` and ``len()`` need the cache built first.
 """
 from __future__ import annotations
 
@@ -50,29 +28,17 @@ class ImageFolder(Labelled):
     """Images in class folders, resized once and memory-mapped; MATLAB's ``imageDatastore``.
 
     Args:
-      root: a local folder, or an fsspec URL (``s3://bucket/prefix``, ``gs://...``,
-        ``https://...``; needs ``pip install jaxflowers[remote]``).
-      image_size: (height, width) every image is resized to (or one int for a square).
-      include_subfolders: find images at any depth below each class folder (MATLAB's
-        ``IncludeSubfolders``); if False only directly inside it.
-      on_error: ``"raise"`` (an unreadable image raises ``OSError`` naming it) or
-        ``"skip"`` (left out and listed in ``skipped``).
-      cache_dir: where the resize cache lives; default ``$JAXFLOWERS_CACHE_DIR`` or
-        ``~/.cache/jaxflowers``.
-      workers: threads that list and decode, or processes that decode a large local folder;
-        default ``min(32, cpu_count + 4)`` threads, one process per CPU (at most 32).
+      root: a local folder or an fsspec URL (``s3://``, ``gs://``, ``https://``).
+      image_size: (height, width) every image is resized to, or one int.
+      include_subfolders: find images at any depth below each class folder.
+      on_error: ``"raise"`` (``OSError`` naming the file) or ``"skip"`` (listed in ``skipped``).
+      cache_dir: default ``$JAXFLOWERS_CACHE_DIR`` or ``~/.cache/jaxflowers``.
+      workers: listing and decoding threads (or processes).
       storage_options: keyword arguments for the fsspec file system of a URL root.
-      fingerprint: how the cache notices a changed file: "stat" (size, mtime, inode and
-        ctime; a replaced file has a new inode or ctime) or "content" (a digest of every
-        file's bytes, read at every construction: for files whose metadata cannot be
-        trusted). URLs use the server's ETag or size and mtime.
+      fingerprint: how the cache sees a changed file: ``"stat"`` or ``"content"`` (its bytes).
 
-    Attributes:
-      files: tuple of str, the path or URL of each image (MATLAB ``Files``).
-      labels: int32 array (N,), index into ``class_names`` (MATLAB ``Labels``).
-      class_names: tuple of str, the sorted class folder names.
-      images: uint8 array (N, H, W, 3), read-only; decoded on first access.
-      skipped: tuple of (path, reason) for every file left out.
+    Raises:
+      ValueError: a class folder without a single image.
     """
 
     def __init__(self, root: str | os.PathLike, image_size: int | Sequence[int] = (224, 224),
@@ -144,21 +110,14 @@ class ImageFolder(Labelled):
 
     @property
     def images(self) -> np.ndarray:
-        """uint8 (N, H, W, 3), read-only; built or opened from the cache on first access.
-
-        A whole folder (or any contiguous run of it) is the memory map itself; other
-        subsets are gathered from it into memory once.
-        """
+        """uint8 (N, H, W, 3), read-only; built or opened from the cache on first access."""
         with self._images_lock:
             if self._images is None:
                 self._images = self._source.cache().take(self._index)
             return self._images
 
     def subset(self, indices: Sequence[int] | np.ndarray) -> "ImageFolder":
-        """The images at ``indices`` (ints in ``[0, len)``, in that order); MATLAB ``subset``.
-
-        The result shares this folder's resize cache: nothing is decoded again.
-        """
+        """The images at ``indices`` (ints in ``[0, len)``); MATLAB ``subset``. Shares the cache."""
         indices = np.asarray(indices)
         if indices.ndim != 1 or (indices.size and not np.issubdtype(indices.dtype, np.integer)):
             raise TypeError(f"subset: indices must be a 1-D sequence of ints; got "
@@ -201,7 +160,6 @@ def _check_options(on_error, workers, include_subfolders, storage_options, root)
 
 
 def _open_source(root, storage_options, fingerprint: str = "stat"):
-    """A lister/reader for ``root``: local folder or fsspec URL."""
     if remote.is_url(root):
         return remote.RemoteFolder(root, storage_options)
     path = os.fspath(root)
@@ -230,15 +188,10 @@ class _LocalFolder:
         return dirs, [e.path for e in entries if not e.is_dir()]
 
     def files(self, folder: str, recursive: bool) -> list[tuple[str, int | None, str, str]]:
-        """[(path, size, fingerprint, problem)] of the files under ``folder``, sorted.
-
-        A class folder may be a link to a folder elsewhere, but not to one holding the data
-        root (``/``, a parent: the walk would never end). Below it, links to folders are
-        followed only when they stay inside it, each folder once (no loops).
-        """
+        """[(path, size, fingerprint, problem)] under ``folder``, sorted; links kept inside it."""
         base = os.path.realpath(folder)
         root = os.path.realpath(self.root)
-        if root == base or root.startswith(base.rstrip(os.sep) + os.sep):
+        if root == base or root.startswith(base.rstrip(os.sep) + os.sep):  # an endless walk
             raise ValueError(f"ImageFolder: class folder {folder!r} leads to {base!r}, which "
                              f"holds the data root {self.root!r}; a class folder must hold "
                              "only its own images")
@@ -272,10 +225,7 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def _stat_file(path: str, fingerprint: str = "stat") -> tuple[str, int | None, str, str]:
-    """(path, size, fingerprint, problem). The "stat" fingerprint is the size, mtime, inode
-    and ctime: a file replaced by another of the same size and mtime (``cp -p``, tar,
-    ``rsync -a`` keep the mtime) has a new inode or ctime. "content" is a digest of the
-    bytes, read every time, for files whose metadata cannot be trusted."""
+    """(path, size, fingerprint, problem) of one file."""
     try:
         st = os.stat(path)
     except OSError as exc:  # e.g. a dangling symlink
@@ -288,6 +238,7 @@ def _stat_file(path: str, fingerprint: str = "stat") -> tuple[str, int | None, s
             return path, st.st_size, xxhash.xxh3_128_hexdigest(_read_file(path)), ""
         except OSError as exc:
             return path, None, "", f"{type(exc).__name__}: {exc}"
+    # inode and ctime: ``cp -p``, tar and ``rsync -a`` replace a file keeping size and mtime
     return path, st.st_size, f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}", ""
 
 
@@ -301,7 +252,6 @@ def _is_image(path: str) -> bool:
 
 
 class _Scan(NamedTuple):
-    """The listed folder: image files with fingerprints and labels, and what was left out."""
     files: tuple[str, ...]
     fingerprints: tuple[str, ...]
     labels: np.ndarray  # int32 (N,)

@@ -1,9 +1,7 @@
 """The in-memory image set every trainer, predictor and data source speaks.
 
-An ``ImageSet`` is three aligned things: ``images`` (uint8, N x H x W x C), ``labels``
-(int32, N) and ``class_names``. Anything with those three attributes (an ``ImageFolder``
-once loaded, a TFDS source) can be passed to :func:`jaxflowers.train` and
-:func:`jaxflowers.predict`.
+Anything with ``images`` (uint8 (N, H, W, C)), ``labels`` (int32 (N,)) and ``class_names`` can
+be passed to :func:`jaxflowers.train` and :func:`jaxflowers.predict`.
 """
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ import numpy as np
 
 
 class Labelled:
-    """What every labelled set offers on top of ``labels``, ``class_names`` and
-    ``subset(indices)``: MATLAB's ``countEachLabel`` and ``splitEachLabel``."""
+    """``countEachLabel`` and ``splitEachLabel`` for sets with ``labels`` and ``subset``."""
 
     def counts(self) -> dict[str, int]:
         """Images per class, zeros included; MATLAB's ``countEachLabel``."""
@@ -25,14 +22,12 @@ class Labelled:
         """Stratified random split; MATLAB's ``splitEachLabel(imds, p, "randomized")``.
 
         Args:
-          *fractions: one or two numbers, each a fraction in (0, 1) of every class or an
-            integer count per class; the remainder is the last part, so
-            ``split_each_label(0.9)`` gives two sets and ``(0.8, 0.1)`` three.
+          *fractions: one or two fractions in (0, 1) or counts per class; the rest is the last
+            part, so ``split_each_label(0.9)`` gives two sets, ``(0.8, 0.1)`` three.
           seed: the split is a deterministic function of ``seed``.
 
         Returns:
-          ``len(fractions) + 1`` sets of this kind (a folder's share its cache). Raises
-          ValueError naming the class if a part would get no image of it.
+          ``len(fractions) + 1`` sets of this kind; ``ValueError`` if a part would miss a class.
         """
         parts = split_each_label(self.labels, fractions, seed=seed, class_names=self.class_names)
         return tuple(self.subset(p) for p in parts)
@@ -45,7 +40,7 @@ class ImageSet(Labelled):
     Attributes:
       images: uint8 array (N, H, W, C), or a read-only memory map of one.
       labels: int32 array (N,), values in ``range(len(class_names))``.
-      class_names: tuple of str, the name of label ``i`` at position ``i``.
+      class_names: tuple of str, the name of each label.
     """
 
     images: np.ndarray
@@ -102,11 +97,7 @@ def count_each_label(labels: np.ndarray, class_names: Sequence[str]) -> dict[str
 
 def split_each_label(labels: np.ndarray, fractions: Sequence[float | int], *, seed: int,
                      class_names: Sequence[str]) -> list[np.ndarray]:
-    """Indices of a stratified, randomised split of ``labels`` (see ImageSet.split_each_label).
-
-    Every part keeps at least one image of every class; a fraction or count that would leave
-    a class empty in a part raises ``ValueError`` naming the class.
-    """
+    """Index arrays of a stratified random split of ``labels`` (``Labelled.split_each_label``)."""
     if not fractions:
         raise ValueError("split_each_label needs at least one fraction or count")
     for p in fractions:

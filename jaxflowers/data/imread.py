@@ -1,9 +1,4 @@
-"""Decode image files into the rows of a resize cache: MATLAB's ``imresize(imread(f))``.
-
-The thread build (:mod:`jaxflowers.data.cache`) and the process build
-(:mod:`jaxflowers.data.decode`) both run :func:`decode_rows`, and word a file's failure
-the same way (:func:`failure_reason`, :func:`read_error`).
-"""
+"""Decode image files into the rows of a resize cache: MATLAB's ``imresize(imread(f))``."""
 from __future__ import annotations
 
 import io
@@ -18,21 +13,16 @@ _SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 
 
 def decode_image(data: bytes, image_size: tuple[int, int]) -> np.ndarray:
-    """Decode an encoded image and resize it, like MATLAB's ``imresize(imread(f), [h w])``.
+    """Decode an image to 8-bit RGB and resize it; MATLAB's ``imresize(imread(f), [h w])``.
 
-    EXIF orientation is applied; grayscale, palette, alpha (dropped, as ``imread`` does),
-    CMYK and 16-bit images become 8-bit RGB. The resize ignores the aspect ratio (as
-    ``augmentedImageDatastore`` does) and uses PIL's antialiased Lanczos filter.
+    EXIF orientation is applied, alpha dropped, the aspect ratio not kept (Lanczos).
 
     Args:
       data: the bytes of a JPEG, PNG, BMP, GIF (first frame), WebP or TIFF file.
       image_size: (height, width) of the result.
 
     Returns:
-      uint8 array (height, width, 3).
-
-    Raises:
-      ValueError for an empty input; OSError (from PIL) for a truncated or unknown file.
+      uint8 (height, width, 3); ``ValueError`` if empty, ``OSError`` (PIL's) if truncated.
     """
     if not data:
         raise ValueError("file is empty (0 bytes)")
@@ -43,8 +33,7 @@ def decode_image(data: bytes, image_size: tuple[int, int]) -> np.ndarray:
 
 
 def resize(img: Image.Image, image_size: tuple[int, int]) -> Image.Image:
-    """``img`` at (height, width) through PIL's antialiased Lanczos filter: the one resize
-    every data source uses (folders' caches, TFDS sets), so their images match."""
+    """``img`` at (height, width), Lanczos: the one resize every data source uses."""
     height, width = image_size
     return img if img.size == (width, height) else img.resize((width, height),
                                                                Image.Resampling.LANCZOS)
@@ -77,10 +66,7 @@ def failure_reason(exc: BaseException) -> str:
 def decode_rows(fd: int, offset: int, files: Sequence[str] | Mapping[int, str],
                 read: Callable[[str], bytes], shape: tuple[int, ...],
                 rows: range) -> dict[int, Exception]:
-    """Decode ``rows`` into the file ``fd``; return the exception of each row that failed.
-
-    ``files[row]`` names the file of each row (a decode process gets only its own rows).
-    """
+    """Decode ``rows`` (``files[row]`` each) into the file ``fd``; ``{row: exception}``."""
     failed = {}
     for row in rows:
         try:

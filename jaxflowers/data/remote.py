@@ -1,11 +1,7 @@
 """Class folders on object stores and web servers (``s3://``, ``gs://``, ``https://``) via fsspec.
 
-:class:`RemoteFolder` gives :class:`jaxflowers.data.ImageFolder` the same three operations
-as a local folder: list the class folders, list one class's files (with a fingerprint from
-the store's ETag, size and modification time, which keys the local resize cache), and read
-one file's bytes. ImageFolder calls them from a thread pool, so listing and reading run in
-parallel. fsspec and the store's driver (s3fs, gcsfs; aiohttp for https) are the optional
-extra ``jaxflowers[remote]``.
+:class:`RemoteFolder` offers ImageFolder a local folder's operations, fingerprinting files by
+ETag, size and mtime. fsspec and the drivers are the extra ``jaxflowers[remote]``.
 """
 from __future__ import annotations
 
@@ -34,13 +30,7 @@ def _import_fsspec(url: str):
 
 
 class RemoteFolder:
-    """A folder on any fsspec file system, seen as a tree of class folders.
-
-    Args:
-      url: ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``https://host/path/`` ...
-      storage_options: keyword arguments for the file system (credentials, and e.g.
-        ``{"endpoint_url": ...}`` for an S3-compatible store).
-    """
+    """A folder on any fsspec file system (``storage_options`` are its kwargs), as class folders."""
 
     def __init__(self, url: str, storage_options: dict | None = None):
         fsspec = _import_fsspec(url)

@@ -1,15 +1,7 @@
 """TensorFlow Datasets sources (cifar10, tf_flowers, ...) read through ``tfds.data_source``.
 
-``tfds.data_source`` gives random access to a prepared ArrayRecord data set and needs no
-TensorFlow. Preparing a data set (download + conversion) does need TensorFlow; once a
-data set sits in ``data_dir`` (prepared here or copied from another machine) reading it
-works without. tensorflow-datasets is imported inside the functions, so ``import
-jaxflowers`` stays fast and works without it.
-
-Testing without TensorFlow: under ``tfds.testing.mock_data`` give the mock the data set's
-metadata (``policy=MockPolicy.USE_FILES`` and a ``data_dir`` holding ``dataset_info.json``
-etc., see tests/test_tfds.py); with the code-only policy the set looks unprepared, and
-preparing needs TensorFlow.
+Reading a prepared ArrayRecord set needs no TensorFlow; preparing one does. Tests mock TFDS
+with ``MockPolicy.USE_FILES`` and real metadata (the code-only policy looks unprepared).
 """
 from __future__ import annotations
 
@@ -28,17 +20,11 @@ from jaxflowers.data.imread import resize
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TfdsImages:
-    """Random-access view of a TFDS split, ready for a grain pipeline.
-
-    ``len(s)`` examples; ``s[i]`` is ``{"image": uint8 (H, W, C), "label": int}``, resized
-    to ``image_size`` when one is given. Picklable when the TFDS source is, so grain
-    worker processes can read from it.
+    """Random-access view of a TFDS split for grain: ``s[i]`` is ``{"image", "label"}``.
 
     Attributes:
-      source: the ``tfds.data_source`` split (anything with ``__len__``/``__getitem__``
-        returning dicts with "image" and "label").
-      class_names: tuple of str, the name of label ``i`` at position ``i``.
-      image_size: (height, width) to resize every image to, or None to keep sizes.
+      source: the ``tfds.data_source`` split (any sequence of dicts with "image" and "label").
+      image_size: (height, width) to resize every uint8 (H, W, C) image to, or None.
     """
 
     source: Sequence[dict[str, Any]]
@@ -63,29 +49,18 @@ def tfds_source(name: str, split: str = "train", *, data_dir: str | os.PathLike 
                 as_stream: bool = False) -> ImageSet | TfdsImages:
     """A TFDS image-classification split as an ``ImageSet`` (in memory) or a stream.
 
-    Reads through ``tfds.data_source`` (ArrayRecord, random access, no TensorFlow). A data
-    set missing from ``data_dir`` is prepared first, which needs TensorFlow.
-
     Args:
-      name: TFDS name, e.g. "cifar10" or "tf_flowers"; any data set whose features
-        include an "image" (``tfds.features.Image``) and a "label" (``ClassLabel``).
+      name: TFDS name with "image" and "label" (``ClassLabel``) features, e.g. "cifar10".
       split: TFDS split string: "train", "test", "train[:90%]", ...
       data_dir: TFDS data folder; None means ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``.
-      image_size: (height, width) to resize to with PIL's antialiasing Lanczos filter
-        (the filter ImageFolder's resize cache uses, so both Flowers paths match).
-        Required for data sets whose images vary in size (tf_flowers).
+      image_size: (height, width), resized as ImageFolder's cache does; needed when sizes vary.
       as_stream: return a lazy ``TfdsImages`` (for grain) instead of loading everything.
 
     Returns:
-      An ``ImageSet`` (uint8 images (N, H, W, C), int32 labels (N,), class names from
-      ``info.features["label"].names``), or with ``as_stream=True`` a ``TfdsImages``.
+      An ``ImageSet`` (uint8 images (N, H, W, C), int32 labels (N,)), or a ``TfdsImages``.
 
     Raises:
-      ImportError: tensorflow-datasets is not installed.
-      ValueError: the data set lacks "image"/"label" features, or has images of varying
-        size and no ``image_size`` was given.
-      RuntimeError: the data set is not prepared in ``data_dir`` and TensorFlow, needed
-        to prepare it, is not installed.
+      ImportError, RuntimeError: no tensorflow-datasets, or an unprepared set and no TensorFlow.
     """
     size = None if image_size is None else _check_size(image_size)
     tfds = _import_tfds()
@@ -100,15 +75,6 @@ def tfds_source(name: str, split: str = "train", *, data_dir: str | os.PathLike 
 
 
 def _load_all(stream: TfdsImages) -> ImageSet:
-    """Read every example of ``stream`` into one ``ImageSet``.
-
-    Args:
-      stream: a ``TfdsImages`` whose images all share one shape (fixed-size data set,
-        or ``image_size`` set).
-
-    Returns:
-      An ``ImageSet`` with uint8 images (N, H, W, C) and int32 labels (N,).
-    """
     n = len(stream)
     if n == 0:
         raise ValueError("the TFDS split is empty")

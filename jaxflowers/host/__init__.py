@@ -1,2 +1,1 @@
-"""What jaxflowers needs of the host, without JAX: files written atomically, helper
-processes, the visible GPUs, signals, durations."""
+"""What jaxflowers needs of the host, without JAX: atomic files, processes, GPUs, signals."""

@@ -1,9 +1,7 @@
 """Files written whole or not at all, and whether a folder can take new files.
 
-``write_atomic`` is the one way jaxflowers writes a file a reader might see half-written
-(a saved network, a JSON record, a sweep's results, the bench's report): into a temporary
-file beside the destination, flushed to disk, then renamed over it, so a reader (or a run
-after a crash) finds the old file or the whole new one.
+``write_atomic`` is the one way to write a file a reader might see half-written: a fsynced
+temporary file beside it, renamed over it.
 """
 from __future__ import annotations
 
@@ -17,15 +15,7 @@ from typing import Callable
 
 
 def write_atomic(path: str | os.PathLike, content: bytes | str | Callable) -> pathlib.Path:
-    """Write ``content`` to ``path`` atomically; its folder is created if missing.
-
-    Args:
-      path: the destination file.
-      content: bytes, text (UTF-8), or a function that writes into a binary file object.
-
-    Returns:
-      ``path`` as a ``pathlib.Path``.
-    """
+    """Write ``content`` (bytes, text, or ``f(binary_file)``) to ``path`` atomically; the Path."""
     path = pathlib.Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"cannot write {path}: it is a folder")
@@ -57,11 +47,7 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 
 def unwritable(folder: str | os.PathLike) -> str | None:
-    """Why ``folder`` cannot take new files (created if missing), or None if it can.
-
-    Tried, not guessed from permission bits, so a read-only mount, a file where a folder
-    should be, and ``root`` (whom the mode does not stop) all get the true answer.
-    """
+    """Why ``folder`` cannot take new files (created if missing), or None; tried, not guessed."""
     if os.path.exists(folder) and not os.path.isdir(folder):
         return "it is a file, not a folder"
     try:

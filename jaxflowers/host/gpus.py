@@ -1,10 +1,7 @@
 """Which GPUs this machine has and this process may use, without JAX.
 
-The one listing of the physical GPUs and the one reading of ``CUDA_VISIBLE_DEVICES``, for
-the sweep (which hands GPUs to its workers) and the GPU monitor (which watches them). A
-caller that started JAX's GPU backend to count GPUs would hold memory on every one, so the
-GPUs come from NVML (``nvidia-ml-py``, where installed) or ``nvidia-smi -L``, which number
-them alike (PCI bus order).
+The one listing of GPUs and reading of ``CUDA_VISIBLE_DEVICES``; it asks NVML or ``nvidia-smi``
+because JAX's GPU backend would hold memory on every GPU.
 """
 from __future__ import annotations
 
@@ -18,12 +15,7 @@ _GPU_LINE = re.compile(r"^GPU (\d+):.*\(UUID: (\S+)\)")
 
 
 def physical_gpus(nvml=None) -> list[tuple[str, str]]:
-    """(index, UUID) of every GPU; [] without a driver or a GPU.
-
-    Args:
-      nvml: an initialised ``pynvml`` module to ask (the monitor's); None: NVML if it is
-        installed and starts, else ``nvidia-smi -L``.
-    """
+    """(index, UUID) of every GPU, from ``nvml`` (a started ``pynvml``) or NVML or nvidia-smi."""
     if nvml is not None:
         return [(str(i), text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i))))
                 for i in range(nvml.nvmlDeviceGetCount())]
@@ -60,24 +52,16 @@ def _nvidia_smi() -> list[tuple[str, str]]:
 
 
 def uuid_position(prefix: str, physical: Sequence[tuple[str, str]]) -> int | None:
-    """Position in ``physical`` of the one GPU whose UUID starts with ``prefix`` (CUDA
-    accepts unique prefixes), else None."""
+    """Position in ``physical`` of the one GPU whose UUID starts with ``prefix``, else None."""
     found = [i for i, (_, uuid) in enumerate(physical) if uuid.startswith(prefix)]
     return found[0] if len(found) == 1 else None
 
 
 def cuda_order(mask: str | None, physical: Sequence[tuple[str, str]]) -> list[tuple[str, int]]:
-    """The GPUs CUDA shows for ``CUDA_VISIBLE_DEVICES=mask``, in CUDA's order.
+    """The GPUs CUDA shows for ``CUDA_VISIBLE_DEVICES=mask`` (None: unset), in CUDA's order.
 
-    Args:
-      mask: the variable's value; None when unset (every GPU is visible).
-      physical: (index, UUID) of each physical GPU in index order (``physical_gpus()``).
-
-    Returns:
-      (token, position in ``physical``) per visible GPU, where token is the entry of
-      ``mask`` (an index or a UUID prefix). Like CUDA, the first entry naming no GPU (an
-      index out of range, an unknown or ambiguous UUID, "-1", a MIG id) hides itself and
-      every entry after it.
+    Returns (token of ``mask``, position in ``physical``) per visible GPU; as in CUDA, the first
+    token naming no GPU ("-1", a MIG id, a bad index or UUID) hides the rest.
     """
     if mask is None:
         return [(index, i) for i, (index, _) in enumerate(physical)]

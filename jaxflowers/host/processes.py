@@ -1,8 +1,7 @@
 """Start a module of this package as a process of its own: ``python -m jaxflowers.X``.
 
-The one way jaxflowers starts its helper processes (the sweep's workers, the resize
-cache's decode processes): the same interpreter, with the folder holding ``jaxflowers``
-first on ``PYTHONPATH``, so a source checkout that is not installed works too.
+The one way helper processes start: this interpreter, the package's folder first on
+``PYTHONPATH``, so an uninstalled source checkout works too.
 """
 from __future__ import annotations
 
@@ -24,17 +23,7 @@ def package_path(pythonpath: str | None) -> str:
 
 def start_module(module: str, *args: str, env: Mapping[str, str] | None = None,
                  **popen) -> subprocess.Popen:
-    """``subprocess.Popen([python, "-m", module, *args], **popen)`` able to import jaxflowers.
-
-    Args:
-      module: e.g. "jaxflowers.sweep.backends.worker".
-      *args: its command-line arguments.
-      env: its environment (default: this process's); PYTHONPATH gains ``PACKAGE_ROOT``.
-      **popen: further ``subprocess.Popen`` arguments (stdin, stdout, pass_fds, ...).
-
-    Returns:
-      The started ``subprocess.Popen``.
-    """
+    """``subprocess.Popen([python, "-m", module, *args], **popen)`` able to import jaxflowers."""
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = package_path(env.get("PYTHONPATH"))
     return subprocess.Popen([sys.executable, "-m", module, *args], env=env, **popen)

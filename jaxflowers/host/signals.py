@@ -1,9 +1,7 @@
 """SIGINT (Ctrl-C) and SIGTERM (``kill``, Slurm's time limit, Kubernetes) while a run works.
 
-While :func:`catch` is active in the main thread, the first of either signal only records
-itself (``Interrupt.signal``): the training loop stops at its next block boundary and
-returns what it has. A second one raises at once: ``KeyboardInterrupt`` for SIGINT,
-``Terminated`` (a ``KeyboardInterrupt`` too) for SIGTERM.
+Under :func:`catch` the first signal is only recorded (the loop stops at its next block
+boundary); a second raises at once: ``KeyboardInterrupt``, or its subclass ``Terminated``.
 """
 from __future__ import annotations
 
@@ -27,9 +25,7 @@ def raise_for(signum: int) -> None:
 
 @contextlib.contextmanager
 def sigterm_raises():
-    """Within the block SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) in the main
-    thread, so it takes Ctrl-C's path: what finished is kept and reported. A handler that
-    is not the default (the caller's own) is left as it is."""
+    """Within the block SIGTERM raises ``Terminated`` (unless the caller has a handler)."""
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
         yield
@@ -73,8 +69,7 @@ class Interrupt:
 
 @contextlib.contextmanager
 def catch():
-    """Within the block SIGINT and SIGTERM set ``Interrupt.signal`` instead of stopping the
-    process (main thread only; elsewhere it stays None)."""
+    """Within the block SIGINT and SIGTERM set ``Interrupt.signal`` (main thread only)."""
     interrupt = Interrupt()
     if threading.current_thread() is not threading.main_thread():
         yield interrupt

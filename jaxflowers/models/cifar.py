@@ -18,19 +18,14 @@ def cifar_width(depth: int) -> int:
 
 
 class CifarNet(nn.Module):
-    """Three blocks of ``depth`` x [3x3 conv 'same', batch norm, ReLU] with width, 2*width
-    and 4*width filters, 2x2 max pools after the first two, an 8x8 average pool and a dense
-    layer. Convolutions and the dense layer carry zero-initialised biases and Glorot-uniform
-    weights, MATLAB's defaults for ``convolution2dLayer`` and ``fullyConnectedLayer``.
+    """Three blocks of ``depth`` x [3x3 conv, batch norm, ReLU] (width, 2x, 4x filters), pools,
+    and a dense layer, with MATLAB's Glorot-uniform weights and zero biases.
 
     Attributes:
       depth: convolutions per block (1-4 in the example).
-      num_classes: outputs of the dense layer.
-      dtype: compute dtype; parameters stay float32.
+      num_classes, dtype: outputs; compute dtype (parameters stay float32).
       bn_axis_name: mesh axis for synchronised batch norm, or None.
-      dense_init: name of the ``flax.linen.initializers`` function that draws the dense
-        layer's kernel: MATLAB's "glorot_uniform" by default (flax's own default would be
-        "lecun_normal"). A name, not a function, so the module travels as JSON (sweeps).
+      dense_init: name of the dense kernel's ``flax.linen.initializers`` function (JSON-able).
     """
 
     depth: int
@@ -61,12 +56,12 @@ def cifar_net(depth: int, num_classes: int = 10, **kwargs) -> CifarNet:
     """The sweep's CIFAR-10 network of a given depth (``createNetworkArchitecture(depth)``).
 
     Args:
-      depth: convolutions per block, a positive integer; width is ``round(16/sqrt(depth))``.
+      depth: convolutions per block, a positive integer.
       num_classes: number of classes (10 for CIFAR-10).
       **kwargs: ``dtype``, ``bn_axis_name`` or ``dense_init`` (see ``CifarNet``).
 
     Returns:
-      A ``CifarNet``; ``apply(variables, x, train=...)`` maps (B, 32, 32, 3) to (B, num_classes).
+      A ``CifarNet`` mapping (B, 32, 32, 3) to float32 logits (B, num_classes).
     """
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"cifar_net(depth={depth!r}): depth must be a positive integer")

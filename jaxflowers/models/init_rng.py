@@ -1,19 +1,8 @@
 """The random generator behind initial weights: a counter-based hash, quick to compile.
 
-flax draws every parameter with its own call of the key's generator, and XLA compiles
-each call into its own kernels. With JAX's generators (threefry's unrolled rounds, or
-rbg's RngBitGenerator expanded into Philox) ResNet-50's initialisation is about 600
-kernels, slow to compile and alone on a cold start's critical path (training cannot start
-before its weights exist). This generator computes each value from its position and the
-key in a handful of integer multiplies, shifts and xors (two rounds of the "lowbias32"
-integer finaliser, the key folded in before each), which compiles several times faster
-(``benchmarks/NOTES.md``, "Compile time").
-
-It is registered with ``jax.extend.random.define_prng_impl``, so flax's initialisers use
-it unchanged through ``key(seed)``; keys split and fold in as JAX keys do. The bits are
-plenty for initial weights (tests check moments, uniformity, and that split, folded and
-neighbouring keys give unrelated streams); training's own randomness (augmentation)
-keeps JAX's threefry.
+flax compiles each parameter's draw into its own kernels, on a cold start's critical path; each
+value here is two rounds of the "lowbias32" finaliser over its position and the key. flax's
+initialisers use it through ``key(seed)``; augmentation keeps JAX's threefry.
 """
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
 """``nn.Conv`` and ``nn.Dense`` whose parameters cost nothing to look up when applied.
 
-flax's ``Module.param`` checks, on every ``apply``, that a stored parameter has the shape
-its initialiser would give, by tracing the initialiser (``jax.eval_shape`` of a draw from
-``random.key(0)``) for each of ResNet-50's 161 parameters, on the main thread before
-anything can compile or run: a sizeable share of a warm start (``benchmarks/NOTES.md``,
-"Compile time"). :func:`param` makes the same check from the shape argument itself, which
-is what the initialiser would have been asked for.
-
-Same classes, attributes, variable names, initial values (the same ``params`` key
-sequence) and computation as flax's, so models and checkpoints are interchangeable.
+flax's ``Module.param`` traces every initialiser on every ``apply`` to check the stored shape;
+:func:`param` checks against the shape argument. Names, initial values and outputs are flax's.
 """
 from __future__ import annotations
 
@@ -22,12 +15,7 @@ from flax.core import meta
 
 
 def param(module: nn.Module, name: str, init_fn: Callable, shape, dtype: Any = jnp.float32):
-    """``module.param(name, init_fn, shape, dtype)`` without tracing ``init_fn`` on apply.
-
-    Creates the parameter from ``init_fn(key, shape, dtype)`` with the module's next
-    ``params`` key when initialising; otherwise returns the stored value after checking
-    that its shape is ``shape`` (``flax.errors.ScopeParamShapeError`` if not, as flax).
-    """
+    """``module.param(name, init_fn, shape, dtype)`` without tracing ``init_fn`` on apply."""
     variable = module.variable("params", name,
                                lambda: init_fn(module.make_rng("params"), shape, dtype))
     value = meta.unbox(variable.value)
@@ -38,9 +26,7 @@ def param(module: nn.Module, name: str, init_fn: Callable, shape, dtype: Any = j
 
 
 class _DirectParams:
-    """Mixin: ``self.param(name, init_fn, shape, dtype)`` goes through :func:`param`.
-
-    flax's layers call ``self.param`` with exactly (shape, dtype) after the initialiser."""
+    """Mixin: ``self.param(name, init_fn, shape, dtype)`` goes through :func:`param`."""
 
     def param(self, name, init_fn, shape, dtype=jnp.float32):
         return param(self, name, init_fn, shape, dtype)

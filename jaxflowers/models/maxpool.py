@@ -1,11 +1,7 @@
-"""Max pooling whose backward pass is a gather, not XLA's select-and-scatter.
+"""Max pooling whose backward pass is a gather, not XLA's select-and-scatter (a slow kernel).
 
-``jax.grad`` of ``lax.reduce_window(max)`` lowers to select-and-scatter, which XLA:GPU
-runs as one slow scatter kernel (for ResNet-50's stem pool, one of the largest kernels of
-its step; ``benchmarks/NOTES.md``, "Step time"). Here the backward first finds, for every window, the position of
-its first maximum (row-major order, the same choice select-and-scatter makes), then gives
-every input element the sum of the output gradients of the windows that chose it: a few
-elementwise passes that XLA fuses. Results equal ``flax.linen.max_pool``'s, gradients too.
+The backward finds each window's first maximum (row-major, as select-and-scatter does) and sums
+into each input the gradients of the windows that chose it. Equal to ``flax.linen.max_pool``.
 """
 from __future__ import annotations
 
@@ -18,8 +14,7 @@ from jax import lax
 
 def max_pool(x, window: tuple[int, int], strides: tuple[int, int] | None = None,
              padding: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))):
-    """Max pooling of NHWC ``x`` over ``window`` with ``strides`` (default: the window) and
-    explicit ``(top, bottom), (left, right)`` padding (padded cells never win)."""
+    """Max pooling of NHWC ``x``; ``strides`` default to the window, ``padding`` never wins."""
     strides = tuple(strides or window)
     return _max_pool(x, tuple(window), strides, tuple(tuple(p) for p in padding))
 
@@ -51,8 +46,7 @@ def _backward(window, strides, padding, residuals, dy):
         first = jnp.where(candidate == y, k, first)
     # Each input position i = s*q + p (phase p = i mod s) is in the windows o = q - m whose
     # offset d = p + s*m is < k: per phase, a sum of a few shifted output-sized arrays, then
-    # the phases interleaved. (Summing k*k full-size, interior-padded copies instead was
-    # the largest kernel of ResNet-50's backward pass.)
+    # the phases interleaved (not k*k full-size, interior-padded copies: a far larger kernel).
     qh, qw = -(-hp // sh), -(-wp // sw)
     dy = dy.astype(jnp.float32)
     chosen = [jnp.where(first == k, dy, 0.0) for k in range(kh * kw)]

@@ -1,16 +1,8 @@
 """Batch normalisation (optionally fused with the ReLU after it) with a hand-written backward.
 
-Same variables as ``flax.linen.BatchNorm`` (params ``scale``/``bias``, batch_stats
-``mean``/``var``, float32), same statistics (float32, ``E[x^2] - E[x]^2`` clipped at 0,
-pooled over ``axis_name`` when given) and the same running-average update, so models and
-checkpoints are interchangeable. What differs is the training-mode gradient: instead of
-differentiating through the statistics, the backward pass is the closed form
-
-    dx = scale * rstd / M * (M * dy - sum(dy) - xhat * sum(dy * xhat))
-
-computed from the saved input (compute dtype) and per-channel mean and 1/std only, with the
-ReLU mask recomputed from the input. Every pass over the activations reads bfloat16, and
-the backward is one two-output reduction plus one elementwise pass.
+Variables and statistics are ``flax.linen.BatchNorm``'s. The training gradient is the closed
+form ``dx = scale * rstd / M * (M * dy - sum(dy) - xhat * sum(dy * xhat))`` (M samples per
+channel) from the saved input, mean and 1/std: one two-output reduction, one elementwise pass.
 """
 from __future__ import annotations
 
@@ -45,11 +37,7 @@ def _affine(x, mean, mul, bias, relu: bool, dtype):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
 def batch_norm_train(x, scale, bias, epsilon: float, axis_name, relu: bool):
-    """Training-mode batch norm of ``x`` (..., C): ``(y, mean, var)``.
-
-    ``mean`` and ``var`` (float32, (C,)) are the batch statistics for the running averages;
-    no gradient flows back through them (they must not feed the loss).
-    """
+    """Training-mode batch norm of ``x`` (..., C): ``(y, mean, var)``; stats carry no gradient."""
     return _normalize(x, scale, bias, epsilon, axis_name, relu)[0]
 
 
@@ -89,14 +77,10 @@ class BatchNorm(nn.Module):
 
     Attributes:
       use_running_average: evaluate with the running statistics (inference).
-      momentum: decay of the running averages (0.9 here, as in flax).
-      epsilon: added to the variance.
+      momentum, epsilon: decay of the running averages; added to the variance.
       dtype: compute/output dtype; statistics and parameters are float32.
       axis_name: mesh axis to pool statistics over (synchronised batch norm), or None.
       relu: apply ReLU to the output (fused into the same passes).
-      scale_init, bias_init: initialisers of the (C,) parameters.
-
-    The running averages follow flax: ``ra = momentum * ra + (1 - momentum) * batch``.
     """
 
     use_running_average: bool = False

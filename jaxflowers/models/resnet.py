@@ -1,9 +1,4 @@
-"""ResNet v1.5 family (He et al. 2016, stride on the 3x3 conv of the bottleneck).
-
-Same parameter layout as torchvision's ResNets (bias-free convolutions, batch norm with
-scale and offset, a dense head with bias), so ``resnet50(1000)`` has 25,557,032
-parameters. Variants are ``functools.partial``s of the one ``ResNet`` class.
-"""
+"""ResNet v1.5 (He et al. 2016; stride on the bottleneck's 3x3), torchvision's parameter layout."""
 from __future__ import annotations
 
 import functools
@@ -71,15 +66,11 @@ class ResNet(nn.Module):
     """ResNet for NHWC images; returns float32 logits (B, num_classes).
 
     Attributes:
-      stage_sizes: blocks per stage, e.g. (3, 4, 6, 3) for ResNet-50.
-      block_cls: ``BasicBlock`` or ``BottleneckBlock``.
-      num_classes: width of the dense head.
-      num_filters: filters of the first stage (doubles every stage).
+      stage_sizes, block_cls: blocks per stage, e.g. (3, 4, 6, 3), and their class.
+      num_classes, num_filters: width of the head; filters of the first stage (doubling).
       dtype: compute dtype (bfloat16 on GPU); parameters stay float32.
-      bn_axis_name: mesh axis over which batch norm pools its statistics (synchronised
-        batch norm), or None for per-device statistics.
-      stem: how the 7x7 stride-2 stem convolution is computed: "space_to_depth" (the same
-        parameters and function, faster on GPUs; ``models/stem.py``) or "conv".
+      bn_axis_name: mesh axis for synchronised batch norm, or None (per device).
+      stem: "space_to_depth" (same parameters, faster on GPUs) or "conv".
     """
 
     stage_sizes: Sequence[int]
@@ -130,7 +121,7 @@ def resnet(stage_sizes: Sequence[int], block: str = "bottleneck", num_classes: i
       stage_sizes: blocks per stage, e.g. (3, 4, 6, 3).
       block: "basic" (two 3x3 convolutions) or "bottleneck" (1x1, 3x3, 1x1).
       num_classes: outputs of the head.
-      **kwargs: ``num_filters``, ``stem``, ``dtype``, ``bn_axis_name`` (see ``ResNet``).
+      **kwargs: further ``ResNet`` attributes (``num_filters``, ``stem``, ``dtype``...).
     """
     if block not in BLOCKS:
         raise ValueError(f"resnet(block={block!r}): use one of {', '.join(BLOCKS)}")
@@ -148,7 +139,9 @@ def _variant(name: str) -> Callable[..., ResNet]:
 
 
 resnet18, resnet34, resnet50, resnet101 = map(_variant, VARIANTS)
-resnet50.__doc__ = """ResNet-50 v1.5, He-normal init, batch norm (``imagePretrainedNetwork("resnet50", Weights="none")``).
+resnet50.__doc__ = """ResNet-50 v1.5 (``imagePretrainedNetwork("resnet50", Weights="none")``).
+
+He-normal initialisation, batch norm.
 
 Args:
   num_classes: number of output classes (5 for Flowers).

@@ -1,13 +1,8 @@
 """The ResNet stem convolution (7x7, stride 2, padding 3), computed space-to-depth.
 
-A stride-2 convolution over 3 channels keeps the GPU's tensor cores mostly idle: each
-output reads a 7x7x3 patch, and cuDNN pads the 3 channels to 8. Rearranging every 2x2
-pixel block into channels turns the same arithmetic into a stride-1 4x4 convolution over
-12 channels (MLPerf's ResNet-50 does the same): with the 7x7 kernel zero-padded to 8x8,
-output ``o`` reads padded rows ``2o + k`` for ``k = 2a + b`` (``a`` in 0..3, ``b`` in
-0..1), which is row ``o + a`` of the 2x2-blocked image, sub-row ``b``. The parameter is
-still the 7x7x3xF kernel (same name, shape, initialiser and count as ``nn.Conv``'s), so
-checkpoints and parameter counts do not change; only the computation does.
+Stride 2 over 3 channels leaves tensor cores idle; 2x2 pixel blocks as channels make it a
+stride-1 4x4 convolution over 12 (as MLPerf's ResNet-50). The kernel padded to 8x8 maps padded
+row ``2o + 2a + b`` to blocked row ``o + a``, sub-row ``b``; the parameter stays ``nn.Conv``'s.
 """
 from __future__ import annotations
 
@@ -23,7 +18,7 @@ _DIMS = ("NHWC", "HWIO", "NHWC")
 
 
 def space_to_depth(x: jnp.ndarray) -> jnp.ndarray:
-    """(B, 2H, 2W, C) -> (B, H, W, 4C), each 2x2 block's pixels in (row, column, channel) order."""
+    """(B, 2H, 2W, C) -> (B, H, W, 4C), each 2x2 block in (row, column, channel) order."""
     b, h, w, c = x.shape
     x = x.reshape(b, h // 2, 2, w // 2, 2, c).transpose(0, 1, 3, 2, 4, 5)
     return x.reshape(b, h // 2, w // 2, 4 * c)
@@ -38,13 +33,7 @@ def blocked_kernel(kernel: jnp.ndarray) -> jnp.ndarray:
 
 
 class StemConv(nn.Module):
-    """``nn.Conv(features, (7, 7), (2, 2), padding=3, use_bias=False)`` done space-to-depth.
-
-    Attributes:
-      features: output channels.
-      dtype: compute dtype; the kernel parameter stays float32.
-      kernel_init: initialiser of the (7, 7, C, features) kernel.
-    """
+    """``nn.Conv(features, (7, 7), (2, 2), padding=3, use_bias=False)`` done space-to-depth."""
 
     features: int
     dtype: Any = jnp.float32

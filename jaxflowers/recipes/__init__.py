@@ -1,9 +1,7 @@
 """The registry: every name that stands for a data set, a network or a way to train.
 
-The CLI, the sweep, the bench and the notebooks look names up here and nowhere else:
-``datasets`` (data specs and plans), ``networks`` (model specs), ``examples`` (the MATLAB
-examples' options as named recipes). A new data set, model or recipe is one entry here.
-Importing it imports no JAX.
+The CLI, the sweep, the bench and the notebooks look names up here and nowhere else; a new data
+set, model or recipe is one entry here. Importing it imports no JAX.
 """
 from jaxflowers.recipes.datasets import (
                                          DATASETS,

@@ -1,16 +1,9 @@
 """Data sets by name, and plans: where a run's training, validation and test sets come from.
 
-A *spec* names one data set: ``"digits"`` (embedded, offline), ``"flowers"`` (downloaded
-once), ``"cifar10"`` or ``"tfds:NAME[:SPLIT]"`` (TFDS, prepared), a folder or
-``s3://``/``gs://``/``https://`` URL of class folders, ``{"folder": path, "image_size": [h,
-w]}``, or an image set itself. A *plan* is JSON-able data that says how a run gets its
-sets from specs, so a sweep's workers and its caller all rebuild the same split:
-
-* ``{"train": spec, "test": spec, "validation": fraction | spec | None, ...}``, or
-* ``{"source": spec, "fractions": [train] | [train, validation], ...}``: one set split per
-  class (``split_each_label``), the rest for testing,
-
-each with ``"seed"`` (the split's) and ``"image_size"``. Nothing here imports JAX.
+A *spec* is ``"digits"``, ``"flowers"``, ``"cifar10"``, ``"tfds:NAME[:SPLIT]"``, a folder or URL
+of class folders, ``{"folder": path, "image_size": [h, w]}``, or an image set. A *plan* (JSON, so
+sweep workers rebuild the same split) is ``{"train", "test", "validation"}`` or ``{"source",
+"fractions"}`` (split per class, the rest tests), with ``"seed"`` and ``"image_size"``. No JAX.
 """
 from __future__ import annotations
 
@@ -27,18 +20,12 @@ class DataUnavailableError(RuntimeError):
 
 def load_data(spec, *, image_size=None, cache_dir: str | os.PathLike | None = None,
               fingerprint: str = "stat"):
-    """One image set from a spec (see the module).
+    """One image set (uint8 ``images`` (N, H, W, 3), ``labels``, ``class_names``) from a spec.
 
     Args:
-      spec: the data set.
-      image_size: (height, width) the images are resized to; None: a folder's 224 x 224,
-        the digits' 32 x 32, a TFDS set's own size.
-      cache_dir: where a folder's resize cache goes (default: the jaxflowers cache).
-      fingerprint: how a folder's cache notices changed files (``ImageFolder``): "stat",
-        or "content" (every file's bytes, read each time).
-
-    Returns:
-      An image set (uint8 ``images`` (N, H, W, 3), ``labels``, ``class_names``).
+      spec: the data set (see the module).
+      image_size: (height, width); None: a folder's 224 x 224, the digits' 32 x 32, TFDS's own.
+      cache_dir, fingerprint: as ``ImageFolder``'s.
     """
     from jaxflowers.data import ImageFolder, digits
 
@@ -79,21 +66,17 @@ def is_plan(data) -> bool:
 def data_plan(data, *, image_size, train_fraction: float = 0.9,
               validation_fraction: float | None = None, seed: int = 0,
               fingerprint: str = "stat") -> dict:
-    """How a run gets its sets from ``data``, as a plan (see the module).
+    """How a run gets its sets from ``data`` (a spec, or a plan to complete), as a plan.
 
     Args:
-      data: a spec, or a plan (returned with its missing entries filled in).
       image_size: (height, width) of every image.
       train_fraction: each class's share that trains when one set is split.
-      validation_fraction: each class's share held out of training for validation (of the
-        whole set when one set is split, of the training set otherwise); None: none.
-      seed: the seed of the splits.
-      fingerprint: how folders' caches notice changed files ("stat" or "content").
+      validation_fraction: each class's share held out for validation; None: none.
+      seed, fingerprint: the splits' seed; ``ImageFolder``'s fingerprint.
 
     Returns:
-      ``{"train", "test", "validation"}`` for CIFAR-10 (its test split) and for a folder
-      holding ``train/`` and ``test/`` class folders, else ``{"source", "fractions"}``; both
-      with "seed" and "image_size".
+      ``{"train", "test", "validation"}`` for CIFAR-10 and folders holding ``train/`` and
+      ``test/``, else ``{"source", "fractions"}``.
     """
     common = {"seed": int(seed), "image_size": [int(v) for v in image_size]}
     if fingerprint != "stat":
@@ -116,8 +99,7 @@ def data_plan(data, *, image_size, train_fraction: float = 0.9,
 
 
 def load_plan(plan) -> tuple[Any, Any, Any]:
-    """``(train, validation, test)`` image sets of a plan (None where it has none); a plain
-    spec is a training set alone. May import JAX (a TFDS set, the digits do not)."""
+    """``(train, validation, test)`` image sets of a plan or spec (None where it has none)."""
     if not is_plan(plan):
         return load_data(plan), None, None
     size, seed = plan.get("image_size"), plan.get("seed", 0)
@@ -168,16 +150,10 @@ def _name(spec) -> str:
 
 
 def prepare_plan(plan) -> list:
-    """Make the plan's data ready here, without JAX: TFDS sets must be prepared, and every
-    folder's resize cache is built (in processes, for a large one), so the many workers of
-    a sweep only open finished caches instead of all decoding at once.
+    """Check TFDS sets are prepared and build every folder's resize cache, without JAX.
 
-    Returns:
-      The ``ImageFolder`` of each folder in the plan.
-
-    Raises:
-      DataUnavailableError: a TFDS set is not prepared, or a folder cannot be read or
-        holds an undecodable image.
+    A sweep calls it first, so its workers open finished caches instead of all decoding at once.
+    Returns each folder's ``ImageFolder``; raises ``DataUnavailableError`` if a set is not ready.
     """
     folders = []
     for part in ("source", "train", "test"):
@@ -195,11 +171,7 @@ def prepare_plan(plan) -> list:
 
 
 def _require_tfds(name: str) -> None:
-    """Raise ``DataUnavailableError`` unless TFDS has ``name`` prepared (imports no JAX).
-
-    Preparing needs TensorFlow and a network; several workers doing it at once would race,
-    so a sweep asks for a prepared set instead.
-    """
+    """Raise ``DataUnavailableError`` unless TFDS has ``name`` prepared (workers would race)."""
     hint = (" Run offline with --data digits (embedded) or --data FOLDER (class folders, or "
             "train/ and test/ holding class folders).")
     try:

@@ -1,9 +1,7 @@
-"""The recipes: the two MATLAB examples' options (and variants), by name.
+"""The recipes: the two MATLAB examples' options (and variants), by name; imports no JAX.
 
-``"flowers"`` is "Train Network Using Automatic Multi-GPU Support" on the Flowers photos,
-``"sweep"`` is "Use parfeval to Train Multiple Deep Learning Networks" on CIFAR-10, both
-verbatim; variants carry their own names (``"flowers-tuned"``) and say what they change.
-Imports no JAX.
+``"flowers"`` is "Train Network Using Automatic Multi-GPU Support", ``"sweep"`` is "Use parfeval
+to Train Multiple Deep Learning Networks", both verbatim; variants carry their own names.
 """
 from __future__ import annotations
 
@@ -31,24 +29,13 @@ def augmentation(example: str):
 
 def flowers_options(device_count: int, num_train: int, *, per_device_batch: int = 128,
                     max_epochs: int = 80, **overrides) -> TrainingOptions:
-    """The multi-GPU example's options, verbatim.
-
-    MATLAB: ``miniBatchSize = 128*numGPUs``, ``initialLearnRate = 1e-2*miniBatchSize/64``,
-    ``trainingOptions("adam", MaxEpochs=80, Shuffle="every-epoch",
-    LearnRateSchedule="piecewise", LearnRateDropFactor=0.1, LearnRateDropPeriod=50,
-    ValidationFrequency=floor(4*numel(imdsTrain.Files)/miniBatchSize))``; reflection and
-    +-30 px translation.
+    """The multi-GPU example's options, verbatim (Adam at ``1e-2*miniBatchSize/64``).
 
     Args:
       device_count: GPUs (numGPUs); the batch and rate scale with it.
       num_train: training images, for the validation frequency.
-      per_device_batch: 128 in the example.
-      max_epochs: 80 in the example.
-      **overrides: further ``TrainingOptions`` fields (``validation_data``, ``verbose``,
-        ``seed``...).
-
-    Returns:
-      ``TrainingOptions`` with the global mini-batch.
+      per_device_batch, max_epochs: 128 and 80 in the example.
+      **overrides: further ``TrainingOptions`` fields.
     """
     from jaxflowers.options.training import TrainingOptions
 
@@ -64,9 +51,7 @@ def flowers_options(device_count: int, num_train: int, *, per_device_batch: int 
 
 def flowers_tuned_options(device_count: int, num_train: int, *, per_device_batch: int = 128,
                           max_epochs: int = 80, **overrides) -> TrainingOptions:
-    """The multi-GPU example with a tenth of its learning rate, validated once per epoch:
-    Adam at 1e-3 x GPUs (``scale_for_devices``), otherwise the example's options. It tests
-    better than the example on Flowers (README, "Accuracy against MATLAB")."""
+    """The multi-GPU example with Adam at 1e-3 x GPUs, validated once per epoch."""
     from jaxflowers.options.training import scale_for_devices
 
     base = flowers_options(1, num_train, per_device_batch=per_device_batch,
@@ -77,12 +62,7 @@ def flowers_tuned_options(device_count: int, num_train: int, *, per_device_batch
 
 def sweep_options(num_train: int, *, max_epochs: int = 30, mini_batch_size: int = 128,
                   **overrides) -> TrainingOptions:
-    """The parfeval example's options, verbatim: SGDM, ``0.1*miniBatchSize/256``, momentum
-    0.9, L2 1e-10, mini-batch 128, 30 epochs, shuffled every epoch, +-4 px translation and
-    reflection, ``ValidationFrequency=floor(numel(imdsTrain.Labels)/miniBatchSize)``. The
-    example returns the last iteration's network (``trainNetwork``'s behaviour when its
-    figures were published, and what its "final validation accuracy" compares), with
-    population batch-norm statistics."""
+    """The parfeval example's options, verbatim (SGDM at ``0.1*miniBatchSize/256``)."""
     from jaxflowers.options.training import TrainingOptions
 
     fields = dict(
@@ -90,23 +70,20 @@ def sweep_options(num_train: int, *, max_epochs: int = 30, mini_batch_size: int 
         l2_regularization=1e-10, mini_batch_size=mini_batch_size, max_epochs=max_epochs,
         shuffle="every-epoch", augmentation=augmentation("sweep"),
         validation_frequency=max(1, num_train // mini_batch_size),
-        output_network="last-iteration")
+        output_network="last-iteration")  # trainNetwork's when the example was published
     return TrainingOptions(**{**fields, **overrides})
 
 
 def digits_options(*, validation_data=None, max_epochs: int = 15, mini_batch_size: int = 128,
                    **overrides) -> TrainingOptions:
-    """The offline main job on the embedded digits: Adam 1e-3, +-2 px translation, 15
-    epochs (fewer leave cifar_net(2) visibly short of its accuracy on some seeds). It keeps
-    the running batch-norm statistics and the last iteration's network: on this small set
-    the population pass and the best-network copies cost more compile time than they gain
-    (``benchmarks/NOTES.md``, "CPU and the test suite")."""
+    """The offline main job on the embedded digits: Adam 1e-3, +-2 px translation."""
     from jaxflowers.data.augment import Augmentation
     from jaxflowers.options.training import TrainingOptions
 
     fields = dict(
         solver="adam", initial_learn_rate=1e-3, mini_batch_size=mini_batch_size,
         max_epochs=max_epochs, shuffle="every-epoch", validation_data=validation_data,
+        # moving statistics, last network: here the population pass costs more than it gains
         validation_frequency=20, batch_normalization_statistics="moving",
         output_network="last-iteration",
         augmentation=Augmentation(translate_x=(-2, 2), translate_y=(-2, 2)))
@@ -120,13 +97,10 @@ class Recipe:
     """A named way to train: default data set and model, the options, the split.
 
     Attributes:
-      name: the key in :data:`RECIPES` (``--recipe`` on the command line).
-      summary: one line for ``--help`` and tables.
-      data: default data set (one of :data:`DATASETS`).
-      model: default network (a key of :data:`MODELS`).
+      name, summary: the key in :data:`RECIPES` (``--recipe``), and one line for ``--help``.
+      data, model: the default data set and network names.
       option_set: ``option_set(device_count, num_train, **fields) -> TrainingOptions``.
-      per_device_batch: the recipe's batch is per device and scales with the devices (the
-        multi-GPU example's rule), rather than a fixed global mini-batch.
+      per_device_batch: the batch is per device and scales with the devices.
       train_fraction: each label's share of the training set; the rest validates.
     """
 
@@ -140,15 +114,7 @@ class Recipe:
 
     def options(self, device_count: int, num_train: int, *, batch_size: int | None = None,
                 **overrides) -> TrainingOptions:
-        """The recipe's ``TrainingOptions``.
-
-        Args:
-          device_count: devices the training runs on.
-          num_train: training images (validation frequencies are counted from it).
-          batch_size: the global mini-batch (MATLAB's ``MiniBatchSize``), a multiple of
-            ``device_count``; None: the recipe's (per device for the multi-GPU example).
-          **overrides: further ``TrainingOptions`` fields (``max_epochs``, ``seed``...).
-        """
+        """The recipe's ``TrainingOptions``; ``batch_size`` is the global ``MiniBatchSize``."""
         if batch_size is not None and self.per_device_batch:
             if batch_size % device_count:
                 raise ValueError(f"batch size {batch_size} is not a multiple of the "
@@ -182,8 +148,7 @@ def recipe(name: str) -> Recipe:
 
 
 def recipe_for(data: str, model: str | None = None) -> Recipe:
-    """The recipe a training of ``data`` (with ``model``) follows when none is named: the
-    multi-GPU example for Flowers or a ResNet, the digits job otherwise."""
+    """The default recipe: the multi-GPU example for Flowers or a ResNet, else digits."""
     if data == "flowers" or (model or "").startswith("resnet"):
         return RECIPES["flowers"]
     return RECIPES["digits"]

@@ -1,7 +1,6 @@
 """Networks by name: a spec ``(name, kwargs)`` builds a module, and a module gives its spec.
 
-The spec is what travels (sweep jobs) and what a saved network stores: JSON-able, and
-only names listed here are ever built from it. Imports no JAX until a model is built.
+Specs are JSON-able (sweep jobs, saved networks) and build only the networks named here.
 """
 from __future__ import annotations
 
@@ -14,15 +13,11 @@ MODELS = (*IMAGE_SIZE, "resnet")  # "resnet": any stage sizes, model_spec's for 
 
 
 def build_model(spec, num_classes: int | None = None):
-    """The Flax module of a spec.
+    """The Flax module ``jaxflowers.models.<name>(**kwargs)`` of a spec.
 
     Args:
-      spec: a name in ``MODELS``, or ``(name, kwargs)`` with the factory's keyword
-        arguments, e.g. ``("cifar_net", {"depth": 2})``.
+      spec: a name in ``MODELS``, or ``(name, kwargs)``, e.g. ``("cifar_net", {"depth": 2})``.
       num_classes: outputs, unless ``kwargs`` sets ``num_classes``.
-
-    Returns:
-      ``jaxflowers.models.<name>(**kwargs)``.
     """
     from jaxflowers import models
 
@@ -40,11 +35,7 @@ def build_model(spec, num_classes: int | None = None):
 
 
 def model_spec(model) -> tuple[str, dict]:
-    """The spec that rebuilds ``model`` (its compute dtype and batch-norm axis aside).
-
-    Raises:
-      TypeError: ``model`` is not one of ``jaxflowers.models``'s networks.
-    """
+    """The spec that rebuilds ``model`` (dtype and batch-norm axis aside); ``TypeError`` if none."""
     from jaxflowers.models import CifarNet, ResNet
     from jaxflowers.models.resnet import BLOCKS, VARIANTS
 

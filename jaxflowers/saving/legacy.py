@@ -1,7 +1,6 @@
-"""Networks saved by jaxflowers 0.1: a zip holding ``net.json`` and ``arrays.msgpack``.
+"""Networks saved by jaxflowers 0.1 (a zip of ``net.json`` and ``arrays.msgpack``), read only.
 
-Read into the current plain form (``TrainedNet.to_dict``'s), so they load as before; a
-save writes the current format. Only the two network classes of 0.1 are recognised.
+They are read into the current plain form (``TrainedNet.to_dict``'s); saving writes the new one.
 """
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """A trained network as one file: safetensors, with its description in the header.
 
-The tensors are the network's variables and normalization (``variables/params/...``,
-``normalization/0`` and ``/1``); the header's ``jaxflowers`` entry is JSON holding the
-format version, the model as its registry spec and dtype, the classes, the input shape, and
-an xxh3-128 digest of every tensor, checked on reading (safetensors itself checks only the
-header), so damage anywhere is an error naming the file, never a network that predicts
-something else. No pickle: reading runs no code and builds only registry networks. Files
-of jaxflowers 0.1 (zip files) are read by ``saving.legacy``.
+The header's ``jaxflowers`` JSON holds the version, registry spec, dtype, classes, input shape
+and an xxh3-128 digest of every tensor, checked on reading (safetensors checks only the header).
+No pickle: reading runs no code. Zip files of jaxflowers 0.1 are read by ``saving.legacy``.
 """
 from __future__ import annotations
 
