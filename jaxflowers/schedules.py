@@ -1,16 +1,8 @@
-"""Learning-rate schedules (MATLAB's ``piecewiseLearnRate``, ``warmupLearnRate``, ...) as optax
-schedules.
+"""Learning-rate schedules (MATLAB's ``piecewiseLearnRate``, ``warmupLearnRate``, ...) for optax.
 
-Each class holds MATLAB's parameters in snake case with MATLAB's defaults, validated on
-construction. ``TrainingOptions(learn_rate_schedule=...)`` takes one of them, MATLAB's name
-of one ("warmup", "cosine", ... : that schedule with its defaults), or a sequence of them,
-which run one after the other (MATLAB's cell array, e.g. ``("warmup", "cosine")``).
-
-Every schedule scales the base rate ``initial_learn_rate`` by a factor of ``k``, the number
-of its steps completed before the current iteration (0 at its first iteration). A step is an
-iteration, or an epoch when ``frequency_unit="epoch"`` (the rate then holds for the whole
-epoch). A schedule in a sequence counts from the iteration at which it takes over. "rest of
-training" lengths (``None``) run to the end of ``max_epochs``.
+``learn_rate_schedule`` takes one, MATLAB's name of one, or a sequence run one after the other.
+Each scales the base rate by a factor of ``k``, its steps (iterations or epochs) since it took
+over; a ``None`` length runs to the end of training.
 """
 from __future__ import annotations
 
@@ -32,8 +24,7 @@ class Schedule:
     frequency_unit: str
 
     def length(self, remaining: int) -> float:
-        """Steps it runs before the next schedule takes over (``math.inf``: to the end);
-        ``remaining`` is the number of steps left in training."""
+        """Steps it runs of the ``remaining`` ones before the next takes over (inf: all)."""
         return math.inf
 
     def factor(self, remaining: int) -> Callable:
@@ -78,9 +69,8 @@ class Piecewise(Schedule):
 
 @dataclasses.dataclass(frozen=True)
 class Warmup(Schedule):
-    """``warmupLearnRate``: the factor goes linearly from ``initial_factor`` (k = 0) to
-    ``final_factor`` (k = ``num_steps``), then the next schedule takes over (or the rate
-    stays at ``final_factor``)."""
+    """``warmupLearnRate``: factor linear from ``initial_factor`` to ``final_factor`` in
+    ``num_steps``, then the next schedule (or ``final_factor``)."""
 
     initial_factor: float = 0.0
     final_factor: float = 1.0
@@ -104,8 +94,7 @@ class Warmup(Schedule):
 
 @dataclasses.dataclass(frozen=True)
 class Polynomial(Schedule):
-    """``polynomialLearnRate``: factor ``final + (initial - final) * (1 - k / N) ** power``
-    with ``N = num_steps`` (None: the rest of training), ``final_factor`` from k = N on."""
+    """``polynomialLearnRate``: ``final + (initial - final) * (1 - k / num_steps) ** power``."""
 
     initial_factor: float = 1.0
     final_factor: float = 0.0
@@ -133,10 +122,8 @@ class Polynomial(Schedule):
 
 @dataclasses.dataclass(frozen=True)
 class Cosine(Schedule):
-    """``cosineLearnRate``: factor ``final + (initial - final) * (1 + cos(pi * k / P)) / 2``
-    over a period of ``P`` steps (None: the rest of training), restarting after each period
-    with the next period ``period_growth_factor`` times longer (warm restarts; inf: none,
-    ``final_factor`` after the first period)."""
+    """``cosineLearnRate``: ``final + (initial - final) * (1 + cos(pi * k / period)) / 2``,
+    restarting with each period ``period_growth_factor`` times longer (inf: no restart)."""
 
     initial_factor: float = 1.0
     final_factor: float = 0.0
@@ -173,8 +160,7 @@ class Cosine(Schedule):
 
 @dataclasses.dataclass(frozen=True)
 class Exponential(Schedule):
-    """``exponentialLearnRate``: factor ``drop_factor ** (k / period)``: by ``drop_factor``
-    every ``period`` steps, a little at every step."""
+    """``exponentialLearnRate``: factor ``drop_factor ** (k / period)``."""
 
     drop_factor: float = 0.1  # in (0, 1)
     period: int = 1
@@ -193,9 +179,8 @@ class Exponential(Schedule):
 
 @dataclasses.dataclass(frozen=True)
 class Cyclical(Schedule):
-    """``cyclicalLearnRate``: within each period of ``P`` steps the factor rises linearly
-    from 1 to ``max_factor`` over the first ``step_ratio * P`` steps and falls back to 1
-    over the rest (k mod P is the position in the cycle)."""
+    """``cyclicalLearnRate``: each period, factor linear from 1 up to ``max_factor`` over
+    ``step_ratio`` of it, then back to 1."""
 
     max_factor: float = 5.0
     period: int = 10
@@ -225,8 +210,7 @@ _CLASSES = {cls.__name__: cls for cls in (Constant, Piecewise, Warmup, Polynomia
 
 
 def to_plain(spec):
-    """A ``learn_rate_schedule`` value as JSON-able data: names stay, a schedule becomes
-    ``{"schedule": class name, **fields}``, a sequence a list."""
+    """A ``learn_rate_schedule`` value as JSON-able data (``{"schedule": class name, ...}``)."""
     if isinstance(spec, (tuple, list)):
         return [to_plain(item) for item in spec]
     if isinstance(spec, Schedule):
@@ -249,16 +233,15 @@ def from_plain(plain):
 
 
 def parts(spec, piecewise: Piecewise) -> tuple[Schedule, ...]:
-    """The schedules a ``learn_rate_schedule`` value names, in order ("piecewise" is
-    ``piecewise``, built from the options' drop factor and period)."""
+    """The schedules a ``learn_rate_schedule`` names, in order ("piecewise": ``piecewise``)."""
     items = spec if isinstance(spec, (tuple, list)) else (spec,)
     return tuple(piecewise if item == "piecewise" else _DEFAULTS[item]()
                  if isinstance(item, str) else item for item in items)
 
 
 def check(spec) -> None:
-    """Raise ``ValueError`` unless ``spec`` is a name in ``NAMES``, a ``Schedule``, or a
-    non-empty sequence of those in which only the last one runs to the end of training."""
+    """Raise ``ValueError`` unless ``spec`` is a name, a ``Schedule`` or a sequence of them in
+    which only the last runs to the end of training."""
     items = spec if isinstance(spec, (tuple, list)) else (spec,)
     allowed = (f"use one of {', '.join(NAMES)}, a jaxflowers.schedules object or a sequence "
                "of them")
@@ -283,13 +266,8 @@ def to_optax(spec, base: float, steps_per_epoch: int, total: int,
              piecewise: Piecewise) -> Callable:
     """The learning rate as an optax schedule of the 0-based iteration.
 
-    Args:
-      spec: a ``learn_rate_schedule`` value (checked by :func:`check`).
-      base: the base learning rate.
-      steps_per_epoch: iterations per epoch (converts epoch steps to iterations).
-      total: iterations in the whole training.
-      piecewise: what "piecewise" stands for.
-    """
+    ``spec`` is a checked ``learn_rate_schedule``, ``base`` the base rate, ``total`` the
+    training's iterations, ``piecewise`` what "piecewise" stands for."""
     import optax
 
     pieces, boundaries, start = [], [], 0

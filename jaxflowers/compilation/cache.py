@@ -1,10 +1,6 @@
-"""Compiled programs kept on disk between runs: JAX's persistent compilation cache.
+"""JAX's persistent compilation cache: a repeated run loads its XLA executables from disk.
 
-A second run of the same training (same model, shapes, options, devices and JAX version)
-loads its XLA executables, GPU autotuning included, instead of compiling them again. The
-CLI and the sweep's jobs turn it on; in a notebook, call :func:`enable_compilation_cache`
-before the first ``train``.
-"""
+The CLI and sweep jobs turn it on; notebooks call :func:`enable_compilation_cache`."""
 from __future__ import annotations
 
 import os
@@ -18,15 +14,12 @@ def enable_compilation_cache(path: str | os.PathLike | None = None, *,
     """Turn on JAX's persistent compilation cache for this process.
 
     Args:
-      path: the cache folder; default ``$JAXFLOWERS_COMPILE_CACHE``, else ``xla/`` in the
-        jaxflowers cache folder (``$JAXFLOWERS_CACHE_DIR`` or ``~/.cache/jaxflowers``).
-        ``$JAXFLOWERS_COMPILE_CACHE=off`` leaves the cache off.
+      path: the folder; default ``$JAXFLOWERS_COMPILE_CACHE`` (``off``: no cache), else
+        ``xla/`` in the jaxflowers cache folder.
       min_compile_time_s: programs that compiled faster than this are not stored.
 
     Returns:
-      The folder in use, or None when switched off by the environment or when the folder
-      cannot be written: the cache is optional, so that is a warning naming the folder,
-      and the run goes on compiling everything.
+      The folder in use, or None when off or unwritable (then a warning; the cache is optional).
     """
     import jax
 

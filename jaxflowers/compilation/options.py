@@ -1,21 +1,14 @@
-"""XLA compiler options for jaxflowers' own programs (init, training block, forward pass).
-
-Per program (``jax.jit(..., compiler_options=...)``), so other JAX code in the process is
-untouched, and never against the user: an option named in ``XLA_FLAGS`` is left to it.
-(``strategy="pmap"`` programs compile with XLA's defaults: ``jax.pmap`` takes no options.)
-
-Why these two: XLA's latency-hiding scheduler runs on each of the thousands of candidate
-modules GPU autotuning compiles, about half of a cold ResNet-50 compile's CPU time, and
-with the fusion autotuner off too the compile needs about half the CPU time, with the step
-unchanged (``benchmarks/NOTES.md``, "Compile time"). The one all-reduce of a multi-GPU
-step comes after the whole backward pass, so there is no latency to hide.
+"""XLA compiler options for jaxflowers' own programs, given per ``jax.jit`` so other JAX code
+is untouched; an option named in ``XLA_FLAGS`` is left to the user. ``jax.pmap`` takes none,
+so ``strategy="pmap"`` compiles with XLA's defaults.
 """
 from __future__ import annotations
 
 import functools
 import os
 
-# Both are XLA:GPU debug options; XLA:CPU accepts and ignores them.
+# Both are XLA:GPU debug options; XLA:CPU accepts and ignores them. Why off: they cost compile
+# time, and a step's one all-reduce comes after the whole backward pass (no latency to hide).
 DEFAULTS = {
     "xla_gpu_enable_latency_hiding_scheduler": False,
     "xla_gpu_experimental_enable_fusion_autotuner": False,
@@ -25,9 +18,7 @@ OFF_ENV = "JAXFLOWERS_XLA_DEFAULTS"  # "off": compile with XLA's own defaults
 
 @functools.cache
 def compiler_options() -> dict:
-    """The options for ``jax.jit``: ``DEFAULTS`` less those named in ``XLA_FLAGS`` and any
-    this XLA does not know (checked once by compiling a one-line program); {} when
-    ``$JAXFLOWERS_XLA_DEFAULTS=off``."""
+    """``DEFAULTS`` less those in ``XLA_FLAGS`` or unknown to this XLA; {} when turned off."""
     if os.environ.get(OFF_ENV, "").lower() == "off":
         return {}
     flags = os.environ.get("XLA_FLAGS", "")

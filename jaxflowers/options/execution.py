@@ -1,10 +1,6 @@
 """How a training runs on the hardware, apart from what it learns: ``ExecutionOptions``.
 
-``TrainingOptions`` holds what MATLAB's ``trainingOptions`` holds. Everything here only
-chooses how that recipe is executed (which devices, how the step is wrapped, the compute
-precision, how many iterations one dispatch runs, where the training set lives, how the
-parameters are stored during the update). Every field has an "auto" that suits the device,
-resolved by :meth:`ExecutionOptions.resolve` once the devices are known. Imports no JAX.
+Each "auto" is decided by :meth:`ExecutionOptions.resolve` once the devices are known. No JAX.
 """
 from __future__ import annotations
 
@@ -24,10 +20,7 @@ _SMALL_IMAGE_BLOCK = 16
 
 @dataclasses.dataclass(frozen=True)
 class ExecutionOptions:
-    """How ``train`` executes; the defaults ("auto") suit the devices found.
-
-    Validated on construction: a bad value raises ``ValueError`` naming the field.
-    """
+    """How ``train`` executes; "auto" suits the devices. A bad value is a ``ValueError``."""
 
     num_devices: int | None = None  # use only the first N devices (per process); None: all
     strategy: str = "shard_map"  # how the per-device step is wrapped: "shard_map" or "pmap"
@@ -35,7 +28,7 @@ class ExecutionOptions:
     sync_batch_norm: bool = False  # batch-norm statistics over the global batch
     steps_per_dispatch: int | None = None  # iterations per compiled call; None: by image size
     data_placement: str = "auto"  # "resident" on every device, "stream" from host; "auto": by size
-    parameter_layout: str = "auto"  # update on one vector ("flat") or per leaf ("tree"); "auto": flat on GPUs
+    parameter_layout: str = "auto"  # "flat" (one vector) or "tree" (per leaf); "auto": flat on GPUs
 
     def __post_init__(self):
         check_choice(self, "strategy", STRATEGIES)
@@ -65,27 +58,25 @@ class ExecutionOptions:
         return cls(**fields)
 
     def resolve(self, platform: str, image_shape, *, streamed: bool) -> "Resolved":
-        """The concrete choices for ``platform`` ("cpu", "gpu", ...) and (H, W, C) inputs.
+        """The concrete choices for ``platform`` ("cpu", "gpu", ...) and (H, W, C) images.
 
-        * precision "auto": bfloat16 on accelerators (tensor cores), float32 on CPUs.
-        * steps per dispatch: 1 for a streamed set (a batch arrives per iteration) and on
-          CPUs (XLA:CPU runs convolutions inside loops much slower than outside); on
-          accelerators 16 for small images, so Python never paces the device, and 1 for
-          large ones, whose step outlasts its dispatch.
-        * layout "auto": one vector on GPUs (one all-reduce and one optimizer update
-          instead of one per parameter leaf), per leaf on CPUs (where XLA runs the
-          vector update slower).
+        Returns:
+          ``Resolved``; a ``streamed`` training set runs one iteration per dispatch.
         """
         accelerator = platform != "cpu"
         precision = self.precision
-        if precision == "auto":
+        if precision == "auto":  # bfloat16 for the tensor cores
             precision = "bfloat16" if accelerator else "float32"
         block = self.steps_per_dispatch
-        if streamed:
+        if streamed:  # a batch arrives per iteration
             block = 1
         elif block is None:
+            # why: a small image's step is shorter than its dispatch, so Python would pace the
+            # device; XLA:CPU runs convolutions inside loops slower than outside
             small = image_shape[0] * image_shape[1] < _SMALL_IMAGE_PIXELS
             block = _SMALL_IMAGE_BLOCK if small and accelerator else 1
+        # why flat on GPUs: one all-reduce and one update instead of one per leaf; XLA:CPU runs
+        # the vector update slower
         flat = self.parameter_layout == "flat" or (self.parameter_layout == "auto"
                                                    and platform == "gpu")
         return Resolved(precision, block, flat)

@@ -26,20 +26,15 @@ DEFAULT_SQUARED_DECAY = {"rmsprop": 0.9, "adam": 0.999}
 
 
 def _run_only(default):
-    """A field that does not change what a run computes (how long, what it shows or keeps):
-    a resumed run may change it (``recipe_fields``)."""
+    """A field that does not change what a run computes; a resumed run may change it."""
     return dataclasses.field(default=default, metadata={"recipe": False})
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainingOptions:
-    """Everything ``train`` needs besides data and model; MATLAB names in snake case.
+    """Everything ``train`` needs besides data and model (MATLAB ``trainingOptions``, snake case).
 
-    Validated on construction: a bad value raises ``ValueError`` naming the field, the value
-    and what is allowed. Derived values (per-device batch, steps per epoch, schedule
-    boundaries) are computed by the trainer, not stored. How the run executes (devices,
-    precision, dispatch size, data placement) is ``ExecutionOptions``'s business.
-    """
+    A bad value raises ``ValueError`` naming the field, the value and what is allowed."""
 
     solver: str = "sgdm"  # "sgdm" (SGD with momentum), "rmsprop" or "adam"
     initial_learn_rate: float | None = None  # None: MATLAB's default, 0.01 sgdm / 0.001 others
@@ -72,7 +67,7 @@ class TrainingOptions:
     log_dir: str | os.PathLike | None = _run_only(None)  # TensorBoard scalars (tensorboardX)
     output_fn: Callable[[dict], Any] | None = _run_only(None)  # per iteration; True stops
     seed: int = 0  # initialisation, shuffling and augmentation
-    checkpoint_path: str | os.PathLike | None = _run_only(None)  # folder for checkpoints; None: none
+    checkpoint_path: str | os.PathLike | None = _run_only(None)  # checkpoint folder; None: none
     checkpoint_frequency: int = _run_only(1)  # save every this many checkpoint_frequency_unit
     checkpoint_frequency_unit: str = _run_only("epoch")  # "epoch" or "iteration"
     checkpoint_keep: int = _run_only(3)  # newest checkpoints kept (older ones removed)
@@ -148,8 +143,7 @@ class TrainingOptions:
 
     @property
     def best_validation(self) -> bool:
-        """Whether ``train`` returns the best-validation network ("auto" with validation
-        data, as MATLAB)."""
+        """Whether ``train`` returns the best-validation network ("auto": when validating)."""
         return self.output_network == "best-validation" or (
             self.output_network == "auto" and self.validation_data is not None)
 
@@ -165,12 +159,9 @@ class TrainingOptions:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        """The fields as JSON-able data (augmentation and schedules as dicts), for files
-        and other processes; ``validation_data`` stays as it is. ``from_dict`` inverts it.
+        """The fields as JSON-able data (``validation_data`` as it is); ``from_dict`` inverts it.
 
-        Raises:
-          TypeError: ``output_fn`` is set (a function cannot be written down).
-        """
+        Raises ``TypeError`` when ``output_fn`` is set (a function cannot be written down)."""
         if self.output_fn is not None:
             raise TypeError("TrainingOptions.output_fn cannot travel to another process or "
                             "file; a sweep job reports progress with jaxflowers.sweep.report")
@@ -185,12 +176,7 @@ class TrainingOptions:
 
     @classmethod
     def from_dict(cls, fields) -> "TrainingOptions":
-        """Options from ``to_dict``'s data, or any dict of fields (``augmentation`` may be a
-        dict of ``Augmentation`` fields, a schedule a dict with its class name).
-
-        Raises:
-          ValueError: an unknown field (naming it and the known ones), or a bad value.
-        """
+        """Options from ``to_dict``'s data or any dict of fields (unknown ones: ``ValueError``)."""
         fields = dict(fields)
         known = [f.name for f in dataclasses.fields(cls)]
         unknown = [name for name in fields if name not in known]
@@ -209,19 +195,14 @@ class TrainingOptions:
 
 
 def recipe_fields() -> tuple[str, ...]:
-    """The fields that decide what a run computes: a checkpoint holds them, and a run that
-    resumes it must have the same (every field but the ``_run_only`` ones)."""
+    """The fields a resumed run must share with its checkpoint (all but the ``_run_only`` ones)."""
     return tuple(f.name for f in dataclasses.fields(TrainingOptions)
                  if f.metadata.get("recipe", True))
 
 
 def scale_for_devices(options: TrainingOptions, num_devices: int | None = None, *,
                       verbose: bool | None = None) -> TrainingOptions:
-    """The MATLAB multi-GPU example's rule: batch x N, learning rate x N.
-
-    ``options.mini_batch_size`` is read as the per-device batch; the returned options hold
-    the global batch ``mini_batch_size * N`` and a learning rate scaled linearly with the
-    global batch over that reference batch (Goyal et al. 2017).
+    """The MATLAB multi-GPU example's rule: batch x N, learning rate x N (Goyal et al. 2017).
 
     Args:
       options: options whose ``mini_batch_size`` is the per-device batch.
@@ -229,7 +210,7 @@ def scale_for_devices(options: TrainingOptions, num_devices: int | None = None, 
       verbose: print what changed (default: ``options.verbose``).
 
     Returns:
-      New ``TrainingOptions``.
+      New ``TrainingOptions`` with the global batch and the scaled learning rate.
     """
     if num_devices is None:
         from jaxflowers.parallel.data_parallel import (

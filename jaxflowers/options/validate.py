@@ -1,9 +1,5 @@
-"""Checks of option values: each raises ``ValueError`` naming the option, the value and what
-is allowed, so a bad value fails where it is written rather than deep inside training.
-
-``integer``/``number``/``choice``/``boolean`` check a value; the ``check_*`` forms check a
-dataclass field (``TrainingOptions.__post_init__``); ``cli.args`` builds argparse types on
-the same checks.
+"""Checks of option values; each raises ``ValueError`` naming the option, the value and what
+is allowed. The ``check_*`` forms check a dataclass field; ``cli.args`` builds on the others.
 """
 from __future__ import annotations
 

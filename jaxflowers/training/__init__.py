@@ -1,9 +1,7 @@
 """Training: ``train`` (MATLAB's ``trainnet``) and what it is made of.
 
-``run`` puts the pieces together; ``program`` compiles what runs on the devices (``step``
-is the pure per-device step, ``layout`` its parameter layout); ``loop`` drives it and
-``stop`` says why it ended; ``checkpoint``, ``population``, ``early_stopping``,
-``progress``, ``history``, ``table`` and ``tensorboard`` keep and report what it did.
+``run`` puts the pieces together, ``program`` compiles ``step`` for the devices, ``loop``
+drives it; the other modules keep and report what it did.
 """
 import lazy_loader
 

@@ -1,19 +1,8 @@
-"""Writing a run's checkpoints (MATLAB's ``CheckpointPath``) with orbax, safely.
+"""Writing a run's checkpoints (MATLAB's ``CheckpointPath``) with orbax.
 
-A checkpoint holds everything needed to continue a run exactly: the state in tree form
-(parameters, batch-norm statistics, solver state, iteration, the data-order and
-augmentation key: independent of the device count and of the parameter layout), the
-best-validation network so far when the run may return it, and a JSON record: the
-history, the recipe, the network's spec, the data (with a digest of the training set) and
-a digest of every array of the state, checked when it is read back (``resume``).
-
-One run owns its folder: it holds a lock there (naming the holder), a fresh run refuses a
-folder holding another run's checkpoints, and checkpoints are folders ``iteration_<N>``,
-so folders of the user's beside them are left alone. orbax writes each one into a
-temporary folder and renames it when complete (a kill while saving leaves the previous
-ones usable), asynchronously after the host copy. A save that fails (disk full, read-only,
-permissions) is one warning naming the folder and the cause; training goes on without it,
-or stops (``checkpoint_failure="stop"``); its temporary folder is removed.
+A checkpoint is the state in tree form (it resumes on any device count and layout), the best
+network so far and a JSON record with digests. One run owns its folder (a lock naming the
+holder); each ``iteration_<N>`` folder is renamed into place when complete.
 """
 from __future__ import annotations
 
@@ -43,8 +32,7 @@ _SPREAD, _MIX = np.uint32(0x9E3779B9), np.uint32(0x85EBCA6B)
 
 
 class CheckpointError(ValueError):
-    """A checkpoint folder that cannot be used, or a checkpoint that cannot be read or does
-    not fit the run that would continue it."""
+    """A checkpoint folder or checkpoint that cannot be used by the run that would continue it."""
 
 
 class CheckpointSaveError(OSError):
@@ -54,23 +42,14 @@ class CheckpointSaveError(OSError):
 class Checkpointer:
     """Saves one run's checkpoints into ``path``, each in a background thread of its own.
 
-    orbax writes synchronously in that thread (its asynchronous mode leaves threads
-    waiting for minutes after a failed write), so the loop goes on while a checkpoint is
-    written, a failure is an exception caught here, and nothing outlives the run. With
-    several processes it writes in the main thread: orbax's barriers between the processes
-    must not interleave with the training's own collectives.
-
     Args:
-      path: the run's checkpoint folder (created if missing).
-      keep: newest checkpoints kept; older ones are deleted after each save.
-      on_failure: "warn" (a failed save is a warning; training goes on) or "stop".
-      resuming: the run continues the checkpoints already there (else they are refused).
-      owner: whether this process holds the lock (process 0 of several).
-      background: write in a background thread (one process), or at once.
+      keep, on_failure: newest checkpoints kept; "warn" (and go on) or "stop" on a failed save.
+      resuming: continue the checkpoints already there (else they are refused).
+      owner, background: whether this process holds the lock; whether to write in a thread
+        (not with several processes: orbax's barriers must not interleave with collectives).
 
     Raises:
-      CheckpointError: the folder cannot be used, is in use by another live run, or holds
-        another run's checkpoints and ``resuming`` is False.
+      CheckpointError: the folder cannot be used, is locked, or holds another run's checkpoints.
     """
 
     def __init__(self, path, keep: int, *, on_failure: str = "warn", resuming: bool = False,
@@ -92,6 +71,8 @@ class Checkpointer:
             if not resuming:
                 _refuse_foreign(self.path)
             quiet_orbax()
+            # why synchronous (in our own thread): orbax's async mode leaves threads hanging
+            # after a failed write; here a failure is an exception caught by _write
             options = ocp.CheckpointManagerOptions(
                 max_to_keep=keep, create=True, enable_async_checkpointing=False,
                 step_prefix=PREFIX, cleanup_tmp_directories=True)
@@ -101,9 +82,9 @@ class Checkpointer:
             raise
 
     def save(self, iteration: int, tree_state, record: dict) -> bool:
-        """Start writing the checkpoint of ``iteration`` (placed arrays, kept alive until
-        written); returns whether it was started. The previous save is waited for first;
-        a failure, of it or of this one, is a warning (or ``CheckpointSaveError``)."""
+        """Start writing the checkpoint of ``iteration`` after the previous one; whether started.
+
+        Raises ``CheckpointSaveError`` when a save failed and ``on_failure="stop"``."""
         self._settle()
         short = _space_short(self.path, tree_state)
         if short:  # refused before writing: a write that runs out of space is noisier
@@ -118,8 +99,7 @@ class Checkpointer:
         return True
 
     def finish(self) -> pathlib.Path | None:
-        """Wait for the last save, release the folder; returns the newest checkpoint this
-        run wrote completely, or None."""
+        """Wait for the last save, release the folder; the newest complete checkpoint, or None."""
         try:
             self._settle()
         finally:
@@ -200,9 +180,7 @@ def _refuse_foreign(path: pathlib.Path) -> None:
 
 
 def _take_lock(path: pathlib.Path):
-    """The flocked lock file of ``path``, open read-only (so it never keeps its file system
-    from turning read-only); ``CheckpointError`` naming the holder if a live run holds it.
-    A dead run's lock is released by the kernel; its file stays."""
+    """The flocked lock file of ``path``, or ``CheckpointError`` naming a live holder."""
     try:
         import fcntl
     except ImportError:  # no flock (Windows): no lock
@@ -210,7 +188,7 @@ def _take_lock(path: pathlib.Path):
     file = path / LOCK
     try:
         file.touch(exist_ok=True)
-        lock = open(file, encoding="utf-8")
+        lock = open(file, encoding="utf-8")  # read-only: never keeps the disk from going read-only
     except OSError as error:
         raise CheckpointError(f"checkpoint_path {path} cannot be used: "
                               f"{error.strerror or error}") from None
@@ -255,10 +233,7 @@ def _cause(error: BaseException) -> str:
 
 
 def quiet_orbax() -> None:
-    """A failed write makes orbax log its tracebacks (through absl, and asyncio's "Task
-    exception was never retrieved") and tensorstore's late callbacks raise "Event loop is
-    closed" as unraisable exceptions; the failure reaches the user as one warning instead
-    (``JAXFLOWERS_DEBUG=1`` keeps all of it)."""
+    """Hide orbax's tracebacks after a failed write (one warning says it; JAXFLOWERS_DEBUG=1)."""
     if os.environ.get("JAXFLOWERS_DEBUG") == "1":
         return
     for name in ("absl", "asyncio"):
@@ -290,8 +265,7 @@ def _drop_orbax(record: logging.LogRecord) -> bool:
 
 def record(iteration: int, history: History, options: TrainingOptions, data, *,
            model=None, digests: dict | None = None, data_digest: str | None = None) -> dict:
-    """The JSON part of a checkpoint: where the run is, what it was trained with, and the
-    digests of its arrays (``tree_digests``) and training set (``data_digest``)."""
+    """The JSON part of a checkpoint: iteration, history, recipe, data, model and digests."""
     return {"format": FORMAT, "iteration": int(iteration), "history": history.to_json(),
             "recipe": recipe(options), "data": data_record(data, data_digest),
             "model": model_record(model), "digests": digests or {}}
@@ -348,9 +322,8 @@ def data_digest(data) -> str:
 
 
 def tree_digests(tree, xp=np) -> dict:
-    """``{path: uint32}``: a position-dependent sum of every leaf's bits, exact in any order
-    of summation, so the devices compute it (``xp`` = jax.numpy, inside a program) and the
-    host checks it (numpy) bit for bit; a flipped bit changes it."""
+    """``{path: uint32}``: a position-dependent sum of every leaf's bits, exact in any order,
+    so devices (``xp=jax.numpy``) and host (numpy) agree bit for bit."""
     import jax
 
     def one(leaf):

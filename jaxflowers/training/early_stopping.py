@@ -1,18 +1,6 @@
-"""Early stopping and the network ``train`` returns: MATLAB's ``ValidationPatience``,
-``ObjectiveMetricName`` and ``OutputNetwork``, in one place.
-
-The objective (the validation loss, or a metric, which is then maximised) is judged at
-every validation; training stops once it has failed to beat its best value
-``validation_patience`` validations in a row (a tie is no improvement).
-"best-validation" returns the network of the best validation (the first among equals),
-"last-iteration" the last one trained (after a patience stop: the one of the validation
-that stopped training). Validations that may decide the returned network score a copy of
-it made on the devices; ``EarlyStopping`` keeps the copies it may return and drops the
-rest. Its state is a function of the validation history, so a resumed run rebuilds it
-exactly (the best network itself travels in the checkpoint).
-
-:func:`returned_network` then gives the chosen network population batch-norm statistics
-(not a diverged run's last finite one: its statistics would overflow) and scores it.
+"""Early stopping and the returned network (``ValidationPatience``, ``ObjectiveMetricName``,
+``OutputNetwork``). Its state is a function of the validation history, so a resumed run replays
+it exactly; the best network itself travels in the checkpoint.
 """
 from __future__ import annotations
 
@@ -31,7 +19,7 @@ from jaxflowers.training.stop import StopReason
 
 
 class Objective:
-    """The best validation by one metric, and the validations since it.
+    """The best validation by one metric, and the validations since it (a tie is no better).
 
     Args:
       name: "loss" (minimised) or a metric (maximised), as ``metrics.score`` names it.
@@ -71,25 +59,16 @@ class Objective:
 
 
 def keeps_networks(options: TrainingOptions) -> bool:
-    """Whether validated networks are kept on the devices: for "best-validation", and for a
-    patience stop (the devices may have run past it by the time it is decided)."""
+    """Whether validated networks are kept on the devices ("best-validation", or patience)."""
+    # why for patience: the devices may have run past the stop by the time it is decided
     return options.validation_data is not None and (
         options.best_validation or not math.isinf(options.validation_patience))
 
 
 class EarlyStopping:
-    """Judges the validations of one run and keeps the networks it may return.
+    """Judges one run's validations and keeps the networks it may return (``best``, ``latest``).
 
-    Args:
-      options: the run's; ``validation_patience``, ``objective_metric_name``,
-        ``output_network``.
-      history: the validations so far (a resumed run's), replayed.
-      best: ``(iteration, placed variables)`` of a resumed run's best network, or None.
-
-    Attributes:
-      best, latest: ``(iteration, placed variables)`` of the best and of the latest
-        validated network, or None.
-    """
+    ``history`` (a resumed run's) is replayed; ``best`` is ``(iteration, placed variables)``."""
 
     def __init__(self, options: TrainingOptions, history: History, best=None):
         self.options = options
@@ -103,8 +82,7 @@ class EarlyStopping:
         return self.objective.exhausted
 
     def judge(self, iteration: int, scores: dict, variables) -> bool:
-        """Take the validation at ``iteration`` of the network ``variables`` (a copy on the
-        devices); returns whether patience has run out."""
+        """Take the validation of ``variables`` (a device copy); whether patience ran out."""
         if self.objective.update(iteration, scores):
             self.best = (iteration, variables)
         if not math.isinf(self.objective.patience):  # a patience stop returns this one
@@ -112,15 +90,13 @@ class EarlyStopping:
         return self.objective.exhausted
 
     def best_so_far(self, snapshot: dict) -> dict:
-        """The variables a checkpoint keeps as the best network (before any validation:
-        the checkpoint's own)."""
+        """The variables a checkpoint keeps as the best network (before validating: its own)."""
         if self.best is not None:
             return self.best[1]
         return {"params": snapshot["params"], "batch_stats": snapshot["batch_stats"]}
 
     def chosen(self, stopped_by: StopReason | None):
-        """``(iteration, placed variables)`` of the network to return, or None for the last
-        one trained."""
+        """``(iteration, placed variables)`` of the network to return; None: the last one."""
         if self.options.best_validation and self.best is not None:
             return self.best
         if stopped_by is StopReason.PATIENCE and self.latest is not None:
@@ -130,8 +106,7 @@ class EarlyStopping:
 
 @dataclasses.dataclass
 class Output:
-    """The returned network: its iteration, variables (host arrays, tree form), and its
-    final validation scores (``metrics.score``'s; empty without validation data)."""
+    """The returned network: iteration, host variables in tree form, final validation scores."""
 
     iteration: int
     variables: dict
@@ -148,13 +123,13 @@ class Output:
 
 def returned_network(program, ready, chosen, stopped_by: StopReason | None, state,
                      history: History) -> Output:
-    """The network to return (``chosen``, or the last one), with population statistics if
-    asked for, and its scores on the validation set."""
+    """The network to return (``chosen``, or the last), with population statistics and scores."""
     parallel = program.parallel
     iteration = chosen[0] if chosen else int(parallel.get(state.step))
     if chosen is None and ready.population is None and ready.validation is None:
         return Output(iteration, program.host_variables(state), {})
     variables = chosen[1] if chosen else program.variables(state)
+    # A diverged run's last finite network keeps its statistics: population ones would overflow.
     last_finite = chosen is None and stopped_by is not None and stopped_by.diverged
     recomputed = (ready.population is not None and not last_finite
                   and _population(ready, variables))
@@ -171,8 +146,7 @@ def returned_network(program, ready, chosen, stopped_by: StopReason | None, stat
 
 
 def _population(ready, variables):
-    """``variables`` with population statistics, or None (and a warning) when they are not
-    finite: the activations of a network on its way to divergence overflow float32."""
+    """``variables`` with population statistics, or None (and a warning) when not finite."""
     updated = ready.population(variables)
     if all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(jax.device_get(
             updated["batch_stats"]))):

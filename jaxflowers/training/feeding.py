@@ -1,6 +1,5 @@
-"""Feeding the training program: the training set placed on the devices with its channel
-statistics, and the runners that hand each dispatch its data (the resident set and a
-limit, or the next streamed batch while the devices run the current one)."""
+"""Feeding the training program: the training set and channel statistics placed on the devices,
+and the runners that hand each dispatch its data (resident, or the next streamed batch)."""
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -11,8 +10,7 @@ from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
 
 
 def place(parallel: DataParallel, feed, start: int):
-    """(placed feed arrays (resident) or the batch iterator (streamed), the placed channel
-    statistics, their host copy)."""
+    """(placed arrays or the batch iterator, placed channel statistics, their host copy)."""
     if isinstance(feed, ResidentData):
         images, labels, order = feed.host_arrays()
         arrays = (parallel.put(images), parallel.put(labels), parallel.put(order, sharded(1)))
@@ -24,9 +22,7 @@ def place(parallel: DataParallel, feed, start: int):
 
 
 def _resident_stats(parallel: DataParallel, feed, images) -> tuple[np.ndarray, np.ndarray]:
-    """``channel_stats`` of the resident images, reduced where they already are: each device
-    sums image rows in integers (exact, so independent of the device count) and the host
-    adds those sums in int64."""
+    """``channel_stats`` of the resident images, summed on the devices in exact integers."""
     fn = parallel.wrap(_row_moments, (REPLICATED,), (REPLICATED, REPLICATED))
     sums, squares = parallel.get(fn(images))
     count = sums.shape[0] * sums.shape[1] * feed.shape[2]  # N * H * W
@@ -35,8 +31,8 @@ def _resident_stats(parallel: DataParallel, feed, images) -> tuple[np.ndarray, n
 
 
 def _row_moments(images):
-    """Per device: int32 sums of pixel values and of their squares along every image row,
-    (N, H, C) each. Exact (a row of up to 33,000 pixels fits in int32)."""
+    """Per device: int32 (N, H, C) sums of pixel values and of their squares along each row."""
+    # Exact: a row of up to 33,000 uint8 pixels' squares fits in int32.
     x = images.astype(jnp.int32)
     return x.sum(axis=2), (x * x).sum(axis=2)
 

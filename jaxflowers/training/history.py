@@ -1,8 +1,6 @@
 """``History``: the per-iteration record of one training, from which ``TrainingInfo`` is made.
 
-Kept apart from what shows it (the table, the plot, ``output_fn``) so a checkpoint can store
-it and a resumed run can continue it. Nothing here touches JAX.
-"""
+Kept apart from what shows it, so a checkpoint can store it. No JAX."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,10 +14,7 @@ _VALIDATION_FIELDS = ("iteration", "loss", "accuracy")
 class History:
     """Mini-batch metrics of every iteration run and the validations, in MATLAB's units.
 
-    Args:
-      steps_per_epoch: iterations per epoch, to turn iterations into epochs.
-      metrics: names of the validation metrics recorded besides loss and accuracy.
-    """
+    ``metrics`` names the validation metrics recorded besides loss and accuracy."""
 
     def __init__(self, steps_per_epoch: int, metrics=()):
         self.steps_per_epoch = steps_per_epoch
@@ -45,8 +40,7 @@ class History:
         return range(first, self.iterations_done + 1)
 
     def add_validation(self, iteration: int, scores: dict) -> None:
-        """Record the validation at ``iteration``: ``metrics.score``'s scores (accuracy in
-        %; the other metrics as fractions)."""
+        """Record ``metrics.score``'s scores of the validation at ``iteration``."""
         self.validations["iteration"].append(int(iteration))
         for key in self.validations.keys() - {"iteration"}:
             self.validations[key].append(float(scores[key]))
@@ -57,8 +51,7 @@ class History:
         return {"iteration": iteration, "epoch": self.epoch(iteration), **values}
 
     def validation_at(self, iteration: int) -> dict | None:
-        """The scores of the validation at ``iteration`` (as ``add_validation`` took them),
-        or None."""
+        """The scores of the validation at ``iteration``, or None."""
         return next((scores for it, scores in self.validation_scores() if it == iteration),
                     None)
 

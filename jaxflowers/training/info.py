@@ -17,11 +17,8 @@ COLUMNS = ("iteration", "epoch", "loss", "accuracy", "learn_rate", "validation_l
 class TrainingInfo:
     """What ``train`` measured (MATLAB's ``info``/``TrainingHistory``).
 
-    Per-iteration arrays have one entry per iteration actually run (1-based ``iteration``),
-    per-validation arrays one per validation; accuracies are in percent, as MATLAB reports
-    them, the other metrics fractions in [0, 1]. The ``final_validation_*`` values score the
-    returned network (after its population batch-norm statistics, if any), which may be an
-    earlier one than the last validated (``output_network_iteration``).
+    One entry per iteration run (I) or per validation (V); accuracies in percent, other metrics
+    fractions. ``final_validation_*`` score the returned network (``output_network_iteration``).
     """
 
     iteration: np.ndarray  # int (I,)
@@ -91,12 +88,10 @@ class TrainingInfo:
         """Write the per-iteration history as CSV, one row per iteration (``writetable``).
 
         Args:
-          path: the file to write (str or path-like); its folder must exist.
+          path: the file to write; its folder must exist.
 
         Returns:
-          The path written, as a str. The columns are ``COLUMNS``: training values on
-          every row, the validation columns filled only on the iterations validated and
-          empty elsewhere; floats are written in full precision (they read back exactly).
+          The path written, as a str (columns ``COLUMNS``; validation ones empty elsewhere).
         """
         columns = self._columns()
         path = os.fspath(path)
@@ -108,8 +103,7 @@ class TrainingInfo:
         return path
 
     def to_dataframe(self):
-        """The per-iteration history as a pandas ``DataFrame`` (MATLAB's ``TrainingHistory``
-        table), with the ``to_csv`` columns; NaN where an iteration was not validated."""
+        """The ``to_csv`` columns as a pandas ``DataFrame`` (MATLAB's ``TrainingHistory``)."""
         try:
             import pandas
         except ImportError as error:

@@ -1,10 +1,5 @@
-"""Mismatches between training data, validation data and model, refused before compiling.
-
-``train`` calls :func:`check_training` first: a model with the wrong number of outputs, a
-validation set with other classes or other image shapes, or data of fewer than two classes
-would otherwise train to the end and report a meaningless accuracy (or fail at the first
-validation, after the compile). Every message names both sides of the mismatch.
-"""
+"""Mismatches between training data, validation data and model, refused before compiling
+(rather than a meaningless accuracy at the end). Every message names both sides."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -19,17 +14,8 @@ _MODELS = "jaxflowers.models."
 def check_training(data, model, options) -> None:
     """Raise ``ValueError`` unless ``data``, ``model`` and ``options`` can train together.
 
-    Args:
-      data: the training image set (``images`` or ``image_shape``, ``labels``,
-        ``class_names``).
-      model: a flax module mapping (B, H, W, C) images to (B, num_classes) logits.
-      options: ``TrainingOptions``; its ``validation_data`` and ``augmentation`` are read.
-
-    Raises:
-      ValueError: fewer than two classes (named or present in the labels); validation
-        classes other than the training classes, or in another order; validation images
-        of another shape than the network is fed; a model whose output count is not the
-        number of classes.
+    Checks: at least two classes; validation classes and image shape as training feeds them;
+    a model with one output per class.
     """
     classes = tuple(str(c) for c in data.class_names)
     _check_classes(np.asarray(data.labels), classes)
@@ -47,10 +33,8 @@ def check_training(data, model, options) -> None:
 def model_outputs(model, input_shape: Sequence[int]) -> int:
     """How many logits ``model`` gives per image of ``input_shape`` (H, W, C).
 
-    The models of ``jaxflowers.models`` (and their subclasses) declare it: their
-    ``num_classes`` field is the width of their last layer. Any other module is traced
-    abstractly with ``jax.eval_shape`` on one image, which compiles nothing; tracing a large
-    network still takes a noticeable part of a second, which a jaxflowers model is spared.
+    ``jaxflowers.models`` declare it (``num_classes``), sparing a trace; others are traced
+    with ``jax.eval_shape``.
     """
     declared = getattr(model, "num_classes", None)
     ours = any(cls.__module__.startswith(_MODELS) for cls in type(model).__mro__)

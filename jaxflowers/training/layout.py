@@ -1,11 +1,6 @@
 """The update's parameter layout: the model's tree, or one float32 vector (``FlatParams``).
 
-On GPUs the parameters, their gradient and the solver's per-parameter state are each one
-vector during the update: one all-reduce after the backward pass and a few update kernels
-instead of a few per leaf. Nothing outside the training program sees the vector:
-``Layout`` turns a state into the model's tree (validation, checkpoints, the returned
-network) and back (resume). Same arithmetic element for element as the tree, up to the
-order in which XLA sums a weight gradient.
+Same arithmetic as the tree up to XLA's summation order; nothing outside the program sees it.
 """
 from __future__ import annotations
 
@@ -20,24 +15,16 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class FlatParams:
-    """Where each leaf of a tree lives in one float32 vector.
-
-    Attributes:
-      treedef, shapes: the tree's structure and leaf shapes.
-      offsets: ``len(shapes) + 1`` offsets; the last is the vector's length.
-      stats: the batch-norm statistics' own layout when they are one vector too (the step
-        then averages them as one array), or None.
-    """
+    """Where each leaf of a tree lives in one float32 vector."""
 
     treedef: Any
-    shapes: tuple[tuple[int, ...], ...]
-    offsets: tuple[int, ...]
-    stats: "FlatParams | None" = None
+    shapes: tuple[tuple[int, ...], ...]  # the leaves' shapes
+    offsets: tuple[int, ...]  # len(shapes) + 1 offsets; the last is the vector's length
+    stats: "FlatParams | None" = None  # the batch-norm statistics' vector layout, or None
 
     @classmethod
     def of(cls, tree, stats=None) -> "FlatParams":
-        """The layout of a tree of arrays or shapes; ``stats`` (optional) the batch-norm
-        statistics' tree, kept as one vector too when it has leaves."""
+        """The layout of a tree of arrays or shapes (and of ``stats``, if it has leaves)."""
         leaves, treedef = jax.tree.flatten(tree)
         shapes = tuple(tuple(leaf.shape) for leaf in leaves)
         sizes = [int(np.prod(shape)) for shape in shapes]
@@ -86,12 +73,8 @@ def flat_layout(variable_shapes: dict) -> FlatParams:
 
 
 class Layout:
-    """Conversions between a ``TrainState`` as the update keeps it and the model's tree.
-
-    Args:
-      flat: the ``FlatParams`` of the parameters, or None (the state is the tree already).
-      tx: the optimizer, whose state shapes the flat vectors are cut from.
-    """
+    """Conversions between a ``TrainState`` as the update keeps it (``flat``, or None for a
+    tree) and the model's tree; ``tx`` is the optimizer."""
 
     def __init__(self, flat: FlatParams | None, tx):
         self.flat, self.tx = flat, tx

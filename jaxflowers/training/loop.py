@@ -1,20 +1,8 @@
 """The training loop: dispatch blocks up to each sync point, read results there, stop.
 
-A sync point is an iteration at which the host must look at results: a table row, a
-validation, a checkpoint, a plot refresh, the end. The devices run blocks of iterations
-between them with nothing read back. On accelerators the host reads a sync point's
-results one sync point late, so the devices never wait for it; on CPUs at once.
-
-Training stops at the end of the plan, when ``output_fn`` asks (every process then takes
-process 0's answer), on SIGINT or SIGTERM in any process (``host.signals``), at the first
-iteration whose training or validation loss (or gradient) is not finite (the state then
-holds the last finite network; see ``step``), or at the validation where the objective
-has run out of patience (``early_stopping``). ``stop`` says which (``StopReason``).
-
-Validations that may decide the returned network score a copy of the network made on the
-devices when they are dispatched; ``EarlyStopping`` keeps or drops it once its scores are
-read. Nothing goes to the host per validation, and a stop decided one sync point late
-still returns the network of the validation that decided it.
+A sync point is an iteration where the host must look at results (table row, validation,
+checkpoint, plot, end). On accelerators it is read one sync point late, so the devices never
+wait; a validation scores a device copy, so a late stop returns the network that decided it.
 """
 from __future__ import annotations
 
@@ -51,15 +39,9 @@ class _SyncPoint:
 
 @dataclasses.dataclass
 class Schedule:
-    """When the host looks at results, in iterations.
+    """When the host looks at results, in iterations (0: never)."""
 
-    Attributes:
-      total: iterations of the whole plan.
-      verbose_frequency, validation_frequency, checkpoint_every: 0 where there is none.
-      plot_every: 0, or iterations between plot refreshes.
-    """
-
-    total: int
+    total: int  # iterations of the whole plan
     verbose_frequency: int = 0
     validation_frequency: int = 0
     checkpoint_every: int = 0
@@ -85,19 +67,8 @@ class Schedule:
 class TrainingLoop:
     """Runs one training from ``start`` to the end of ``schedule`` (or an earlier stop).
 
-    Args:
-      program: the ``TrainProgram``; ``ready`` what its ``prepare`` returned.
-      progress: where results go.
-      schedule: the sync points.
-      look_ahead: sync points by which the host reads results late (0 or 1).
-      interrupt: a ``host.signals.Interrupt``, or None.
-      checkpoints: ``(checkpointer, record_fn)`` or None; ``record_fn(iteration, digests)``
-        gives a checkpoint's JSON record.
-      early_stopping: judges the validations and keeps the networks they may return, or
-        None (validated networks are then not copied).
-
-    Attributes:
-      stop, stop_words: the ``StopReason`` once training stops early, and its words.
+    ``checkpoints`` is ``(checkpointer, record_fn(iteration, digests))`` or None; ``stop`` and
+    ``stop_words`` hold the ``StopReason`` once training stops early, and its words.
     """
 
     def __init__(self, program, ready, progress: Progress, schedule: Schedule, *,
@@ -142,8 +113,7 @@ class TrainingLoop:
         return state, timings
 
     def final_checkpoint(self, state) -> None:
-        """Checkpoint ``state`` now if a signal stopped the run, unless it is the newest
-        already."""
+        """Checkpoint ``state`` now if a signal stopped the run (unless it is the newest)."""
         if self.checkpoints is None or self.stop is None or not self.stop.by_signal:
             return
         done = self.progress.iterations_done
@@ -189,8 +159,7 @@ class TrainingLoop:
         self.progress.show()
 
     def _drain(self, blocks) -> None:
-        """Fetch finished blocks' metrics (a host sync) and record their iterations, up to
-        and including the first one that was not finite."""
+        """Fetch blocks' metrics (a host sync); record iterations up to the first non-finite."""
         fetched = self.program.parallel.get([m for _, m in blocks])
         for (count, _), block in zip(blocks, fetched):
             if self._halted():
@@ -222,15 +191,11 @@ class TrainingLoop:
         self.stop, self.stop_words = reason, words or reason.value
 
     def _halted(self) -> bool:
-        """Whether training ended at a recorded point (divergence, patience): results
-        dispatched after it are not recorded."""
+        """Whether training ended at a recorded point (divergence, patience): drop later results."""
         return self.stop is not None and self.stop.at_recorded_point
 
     def _stopping(self, *, sync_point: bool = False) -> bool:
-        """Whether to stop dispatching. With several processes only process 0 runs
-        ``output_fn`` and a signal may reach any one of them: at each sync point every
-        process takes the OR of all their flags (one small collective), and between sync
-        points nothing changes, so every process dispatches the same blocks."""
+        """Whether to stop dispatching (the same answer in every process)."""
         if self.stop is not None:
             return True
         signum = self.interrupt.signal if self.interrupt is not None else None
@@ -238,6 +203,8 @@ class TrainingLoop:
                  | (_SIGINT if signum == signal.SIGINT else 0)
                  | (_SIGTERM if signum == signal.SIGTERM else 0))
         parallel = self.program.parallel
+        # Several processes: only process 0 runs output_fn and a signal may reach any one, so
+        # all OR their flags at sync points only (one small collective) and agree on blocks.
         if parallel.multiprocess:
             if not sync_point:
                 return False

@@ -1,8 +1,4 @@
-"""Optax solvers, gradient clipping and learning-rate schedules from ``TrainingOptions``.
-
-MATLAB states schedule periods in epochs; optax counts optimizer steps. The conversion happens
-here, once, from the number of iterations per epoch (``schedules.to_optax``).
-"""
+"""Optax solvers, gradient clipping and learning-rate schedules from ``TrainingOptions``."""
 from __future__ import annotations
 
 import math
@@ -17,12 +13,7 @@ from jaxflowers.training.layout import FlatParams
 
 
 def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int) -> optax.Schedule:
-    """The learning rate as a function of the (0-based) iteration.
-
-    "piecewise" multiplies the rate by ``learn_rate_drop_factor`` after every
-    ``learn_rate_drop_period`` epochs, i.e. at iterations ``k * period * steps_per_epoch``;
-    the other schedules are described in :mod:`jaxflowers.schedules`.
-    """
+    """The learning rate as an optax schedule of the 0-based iteration."""
     piecewise = schedules.Piecewise(options.learn_rate_drop_factor,
                                     options.learn_rate_drop_period)
     return schedules.to_optax(options.learn_rate_schedule, options.learn_rate, steps_per_epoch,
@@ -33,13 +24,7 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
                    layout: FlatParams | None = None) -> optax.GradientTransformation:
     """The solver with L2 regularisation, gradient clipping and the learning-rate schedule.
 
-    L2 is added to the gradient first (``add_decayed_weights``), as MATLAB's
-    ``L2Regularization`` does for every solver; the sum is clipped (``GradientThreshold``)
-    and handed to the solver. The step applies this to the all-reduced gradient, so every
-    device clips the same gradient. Every transformation but the per-parameter "l2norm"
-    clip is elementwise; that one finds each tensor in a flat vector by ``layout`` (None:
-    the parameters are a tree).
-    """
+    ``layout`` is the flat vector's ``FlatParams`` (for the "l2norm" clip), or None for a tree."""
     schedule = learn_rate_schedule(options, steps_per_epoch)
     if options.solver == "sgdm":
         solver = optax.sgd(schedule, momentum=options.momentum or None)
@@ -50,7 +35,7 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
     else:
         solver = optax.adam(schedule, b1=options.gradient_decay_factor,
                             b2=options.squared_decay, eps=options.epsilon)
-    chain = []
+    chain = []  # L2 coupled to the gradient before clipping, as MATLAB's L2Regularization
     if options.l2_regularization:
         chain.append(optax.add_decayed_weights(options.l2_regularization))
     if not math.isinf(options.gradient_threshold):
@@ -61,10 +46,7 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
 
 def _clip(method: str, threshold: float, layout: FlatParams | None
           ) -> optax.GradientTransformation:
-    """MATLAB's ``GradientThresholdMethod``: "global-l2norm" scales the whole gradient to
-    an L2 norm of at most ``threshold``; "absolute-value" clips every element to
-    ``[-threshold, threshold]``; "l2norm" scales each parameter tensor to a norm of at most
-    ``threshold``."""
+    """MATLAB's ``GradientThresholdMethod`` ("l2norm": per parameter tensor)."""
     if method == "global-l2norm":
         return optax.clip_by_global_norm(threshold)
     if method == "absolute-value":

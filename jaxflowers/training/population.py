@@ -1,32 +1,9 @@
-"""Batch-norm population statistics: one pass over the training data after training.
+"""Batch-norm population statistics (MATLAB's ``BatchNormalizationStatistics="population"``).
 
-MATLAB's ``trainingOptions(BatchNormalizationStatistics="population")``, its default:
-once training ends, the running averages of every batch-norm layer are replaced by the
-mean and variance of that layer's inputs over the whole training set, computed with the
-final weights. The running averages lag behind weights that still move (they average the
-last ~10 mini-batches of a network that changed along the way); the population figures
-describe the network that is returned.
-
-:func:`batch_moments` is the per-device piece (pure, jit- and shard_map-friendly);
-:func:`population_statistics` runs it over a data set on one device and returns the
-network with the new statistics; :func:`resident_pass` is the pass ``train`` runs at the end
-of training on every device (``TrainingOptions(batch_normalization_statistics=
-"population")``, the default), defined exactly as follows:
-
-* It reads the training set in its stored order, in whole global mini-batches of
-  ``mini_batch_size`` (the last partial one left out, as a training epoch does), through the
-  training augmentation, image ``i`` with the key ``random.split(PRNGKey(seed), n)[i]``
-  (``n`` the images of the pass, ``seed`` the options').
-* The network runs in training mode: every batch-norm layer normalises with the statistics
-  of the current mini-batch, pooled over the whole global batch on every device
-  (synchronised batch norm, for models with a ``bn_axis_name``), so every layer sees what
-  it would see on one device given the whole mini-batch.
-* Each layer's mean is the mean of its float32 inputs over every image and position of the
-  pass, its variance the mean of squares minus the squared mean: the exact moments of what
-  the layer saw (not an average of per-batch variances).
-
-So on any number of devices it gives ``population_statistics(net, data, mini_batch_size=
-mini_batch_size, augmentation=augmentation, seed=seed)`` of the pass's images.
+Each layer's statistics become the exact moments of its inputs over one pass of the training set
+with the final weights. Invariant: ``train``'s pass (:func:`resident_pass`) gives on any device
+count what :func:`population_statistics` gives on one (stored order, whole global batches, image
+``i`` keyed ``split(PRNGKey(seed), n)[i]``, batch norm pooled over devices).
 """
 from __future__ import annotations
 
@@ -47,8 +24,7 @@ _COLLECTION = "population_moments"
 
 
 def _record_moments(next_fun, args, kwargs, context):
-    """Interceptor: before a batch-norm layer runs, sow the per-channel float32 mean and
-    mean square of its input (over every axis but the last), as the layer sees it."""
+    """Interceptor: sow each batch-norm input's per-channel float32 mean and mean square."""
     module = context.module
     if isinstance(module, _NORMS) and context.method_name == "__call__":
         x = jnp.asarray(args[0], getattr(module, "dtype", None) or args[0].dtype)
@@ -61,19 +37,13 @@ def _record_moments(next_fun, args, kwargs, context):
 def batch_moments(model, variables: dict, x: jax.Array) -> dict:
     """Per batch-norm layer, the float32 (2, C) first and second moments of its input.
 
-    The forward pass runs in training mode (each layer normalises with its batch's
-    statistics, as during training), so the moments are those the layers saw in training.
-
     Args:
-      model: a flax module taking ``train=``; its ``BatchNorm`` layers (jaxflowers' or
-        ``flax.linen``'s) are each called once per forward pass.
-      variables: ``{"params": ..., "batch_stats": ...}`` (trees, not flat vectors).
+      model: a flax module taking ``train=`` (run in training mode).
+      variables: ``{"params": ..., "batch_stats": ...}`` in tree form.
       x: (B, H, W, C) normalised inputs in the model's compute dtype.
 
     Returns:
-      A tree shaped like ``variables["batch_stats"]`` whose leaves' parents hold
-      ``"moments"``: ``{"BatchNorm_0": {"moments": (2, C)}, ...}``. Average it over
-      batches (and ``pmean`` it over devices) before :func:`moments_to_statistics`.
+      ``{"BatchNorm_0": {"moments": (2, C)}, ...}``; average before ``moments_to_statistics``.
     """
     with nn.intercept_methods(_record_moments):
         _, state = model.apply(variables, x, train=True,
@@ -83,8 +53,7 @@ def batch_moments(model, variables: dict, x: jax.Array) -> dict:
 
 
 def moments_to_statistics(moments: dict) -> dict:
-    """``{"mean", "var"}`` per layer from averaged :func:`batch_moments` (population
-    variance ``E[x^2] - E[x]^2``, clipped at 0)."""
+    """``{"mean", "var"}`` per layer from averaged :func:`batch_moments` (var clipped at 0)."""
     def convert(node):
         if "moments" in node:
             first, second = node["moments"][0], node["moments"][1]
@@ -95,28 +64,20 @@ def moments_to_statistics(moments: dict) -> dict:
 
 def population_statistics(net, data, *, mini_batch_size: int = 128,
                           augmentation: Augmentation | None = None, seed: int = 0):
-    """The network with its batch-norm statistics recomputed over ``data`` (one pass).
-
-    MATLAB: ``trainingOptions(BatchNormalizationStatistics="population")``, which
-    finalises the statistics after training by passing through the training data once.
+    """The network with batch-norm statistics recomputed over ``data`` (MATLAB's "population").
 
     Args:
-      net: a ``TrainedNet`` (from ``train``).
-      data: the training set: an image set or a uint8 (N, H, W, C) array of the images
-        ``net`` expects.
-      mini_batch_size: images per forward pass; every image counts once (the last,
-        smaller batch too), each batch weighted by its size.
-      augmentation: applied to the images first, as MATLAB's pass reads an augmented
-        datastore; None reads them as they are.
+      net: a ``TrainedNet``.
+      data: an image set or uint8 (N, H, W, C) images of ``net.input_shape``.
+      mini_batch_size: images per forward pass (every image counts once).
+      augmentation: applied to the images first; None: none.
       seed: the augmentation's randomness.
 
     Returns:
-      A new ``TrainedNet`` whose ``variables["batch_stats"]`` hold the population mean
-      and variance of every batch-norm layer; parameters unchanged.
+      A new ``TrainedNet`` with population mean and variance in ``variables["batch_stats"]``.
 
     Raises:
-      ValueError: ``data`` is not uint8 images of ``net.input_shape``, or
-        ``mini_batch_size`` is not a positive integer.
+      ValueError: ``data`` is not such images, or ``mini_batch_size`` not a positive integer.
     """
     images = np.asarray(getattr(data, "images", data))
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != tuple(
@@ -156,14 +117,9 @@ def resident_pass(variables, images, order, stats, seed, *, model, dtype, augmen
                   count: int) -> dict:
     """Per device: ``variables`` with population statistics from the resident training set.
 
-    Args:
-      variables: {"params", "batch_stats"} in tree form, replicated.
-      images: (N, H, W, C) uint8, the whole training set on this device.
-      order: (batches, b) int32, this device's columns of each global mini-batch.
-      stats: per-channel input (mean, std), float32 (C,) each.
-      seed: uint32 scalar, the run's seed (an argument: one program serves every seed).
-      model: the module with batch norm pooled over the mesh axis.
-      augmentation, count: the pass's augmentation and its image count.
+    ``images`` (N, H, W, C) uint8 is the whole set, ``order`` (batches, b) int32 this device's
+    columns of each global batch, ``seed`` a uint32 scalar (one program serves every seed),
+    ``model`` pools batch norm over the mesh axis.
     """
     keys = jax.random.split(jax.random.PRNGKey(seed), count)
 
@@ -181,18 +137,16 @@ def resident_pass(variables, images, order, stats, seed, *, model, dtype, augmen
 
 
 def pass_moments(variables, images, stats, *, keys, model, dtype, augmentation) -> dict:
-    """Per device: :func:`batch_moments` of this device's rows of a global mini-batch
-    (uint8, augmented with ``keys``), averaged over the devices (equal rows on each, so the
-    mean of their means is the global batch's)."""
+    """Per device: :func:`batch_moments` of this device's rows of a global mini-batch."""
     if augmentation is not None:
         images = augmentation(images, keys)
     moments = batch_moments(model, variables, normalize(images, stats[0], stats[1], dtype))
+    # Mean over devices: equal rows on each, so the mean of their means is the global batch's.
     return jax.lax.pmean(moments, AXIS)
 
 
 def with_population(variables: dict, total: dict, batches: int) -> dict:
-    """``variables`` whose batch-norm statistics come from ``total``, the summed
-    :func:`batch_moments` of ``batches`` equal-sized mini-batches."""
+    """``variables`` with statistics from ``total``, summed moments of ``batches`` batches."""
     statistics = moments_to_statistics(jax.tree.map(lambda t: t / batches, total))
     return {**variables, "batch_stats": statistics}
 
@@ -200,8 +154,7 @@ def with_population(variables: dict, total: dict, batches: int) -> dict:
 # ---------------------------------------------------------------- the pass of a training run
 
 def compile_pass(program):
-    """The compiled population pass of a ``TrainProgram``'s feed: ``run(variables, *,
-    arrays, stats)`` returns placed variables with population statistics."""
+    """The compiled pass for a ``TrainProgram``: ``(variables, arrays, stats) -> variables``."""
     import functools
 
     from jaxflowers.data.feed import ResidentData
@@ -228,8 +181,7 @@ def compile_pass(program):
 
 
 class _StreamedPopulation:
-    """The population pass over a streamed training set: one dispatch per host batch, each
-    image with the key ``resident_pass`` gives it."""
+    """The pass over a streamed training set: one dispatch per host batch, keys as resident."""
 
     def __init__(self, program, kwargs: dict, order: np.ndarray):
         import functools

@@ -1,11 +1,6 @@
-"""``TrainProgram``: the one owner of what a training runs on the devices.
+"""``TrainProgram``: the one owner of what a training compiles and runs on the devices.
 
-It holds the parameter layout, the shardings, the wrapping (``DataParallel.wrap``:
-``shard_map`` or ``pmap``) and the compilation of the initial state, the training block,
-the validation pass and the population-statistics pass that follows training. Feeds hand
-it host arrays, which it places. Everything that leaves it (variables, checkpoints, the
-trained network) is the model's own parameter tree: keeping the parameters as one vector
-during the update is this module's internal detail.
+Everything that leaves it is the model's own parameter tree: the flat vector stays inside.
 """
 from __future__ import annotations
 
@@ -51,13 +46,7 @@ class Ready:
 class TrainProgram:
     """Compiles and runs one training's programs on ``parallel``'s devices.
 
-    Args:
-      parallel: the devices and the wrapping strategy.
-      model: the flax module (``dtype``/``bn_axis_name`` fields set here where it has them).
-      options: the training recipe.
-      resolved: ``ExecutionOptions.resolve`` for these devices.
-      feed: ``ResidentData`` or ``StreamedData`` (host arrays only).
-      input_shape: (H, W, C) the network sees (after augmentation's crop).
+    ``feed`` holds host arrays only; ``input_shape`` is the (H, W, C) the network sees.
     """
 
     def __init__(self, parallel: DataParallel, model, options: TrainingOptions,
@@ -97,20 +86,10 @@ class TrainProgram:
 
     def prepare(self, validation_data=None, restored: dict | None = None, start: int = 0,
                 *, checkpoints: bool = False, snapshots: bool = False) -> Ready:
-        """Place and compile everything at once, in threads: the initial (or ``restored``)
-        state, the training set and its channel statistics, the training block, the
-        validation set and pass, the population-statistics pass, and the small programs
-        that read the state in tree form (for validation, the kept networks and, with
-        ``checkpoints``, for saving). Compiling needs only shapes, so nothing waits for a
-        copy.
+        """Place and compile everything at once, in threads (compiling needs only shapes).
 
-        Args:
-          validation_data: an image set to validate on, or None.
-          restored: a tree-form state (``tree_state``'s layout, host arrays) to continue.
-          start: the iteration the run continues from (the streamed feed skips that far).
-          checkpoints: whether the run will save checkpoints.
-          snapshots: whether validations keep copies of the networks they score.
-        """
+        ``restored`` is a tree-form host state to continue at iteration ``start``; ``snapshots``:
+        validations keep copies of the networks they score."""
         with concurrent.futures.ThreadPoolExecutor(6, "jaxflowers-compile") as pool:
             state = pool.submit(self._initial_state, restored)
             placed = pool.submit(feeding.place, self.parallel, self.feed, start)
@@ -154,8 +133,7 @@ class TrainProgram:
         return self.parallel.put(self.state_from_tree(restored))
 
     def lower_block(self):
-        """The training dispatch traced against shapes (``jax.stages.Lowered``): the
-        longest compilation of a run, and what benchmarks time."""
+        """The training dispatch traced against shapes (``jax.stages.Lowered``)."""
         state, stats = self.state_shapes, self.stats_shape
         if isinstance(self.feed, ResidentData):
             fn = functools.partial(train_block, cfg=self.cfg, length=self.block_length)
@@ -191,9 +169,7 @@ class TrainProgram:
         return jax.eval_shape(self.layout.variables, self._local_shapes.stored_variables())
 
     def variables(self, state: TrainState, *, keep: bool = False):
-        """The model's variables as a placed tree (dispatched, not waited for). With
-        ``keep``, a copy on the devices that outlives ``state`` (the next block donates
-        ``state``'s buffers)."""
+        """The model's variables as a placed tree; ``keep``: a copy that outlives ``state``."""
         stored = state.stored_variables()
         if keep:
             return self._snapshot(stored)
@@ -204,14 +180,11 @@ class TrainProgram:
         return self.layout.variables(self.parallel.get(state.stored_variables()))
 
     def tree_state(self, state: TrainState):
-        """A placed copy of ``state`` in tree form, whatever the layout: parameters and the
-        solver's per-parameter state as the model's tree. Safe to keep while training goes
-        on (the next block donates ``state``, not the copy)."""
+        """A placed tree-form copy of ``state``, safe to keep (the next block donates ``state``)."""
         return self._to_tree(state)
 
     def digests(self, tree) -> dict:
-        """``checkpoint.tree_digests`` of a placed tree, computed on the devices (a small
-        reduction per leaf), as hex strings."""
+        """``checkpoint.tree_digests`` of a placed tree, computed on the devices, as hex."""
         if self._digest is None:
             self._digest = self.parallel.wrap(
                 functools.partial(checkpoint.tree_digests, xp=jnp), (REPLICATED,), REPLICATED)
@@ -228,6 +201,7 @@ class TrainProgram:
 
 def _configure(model, dtype, bn_axis_name):
     """The module with the compute dtype and batch-norm axis set, where it has those fields."""
-    fields = {f.name for f in dataclasses.fields(model)} if dataclasses.is_dataclass(model) else set()
+    fields = ({f.name for f in dataclasses.fields(model)} if dataclasses.is_dataclass(model)
+              else set())
     changes = {k: v for k, v in (("dtype", dtype), ("bn_axis_name", bn_axis_name)) if k in fields}
     return model.clone(**changes) if changes else model

@@ -1,11 +1,5 @@
-"""``Progress``: hands the trainer's results to what shows them.
-
-The trainer gives it metrics in blocks fetched from the device and validations as they
-finish; it records them in a ``History`` and passes them on: MATLAB's verbose table,
-``output_fn`` (which may ask to stop), and any sinks (the training-progress plot, a
-TensorBoard writer), each an object with ``update(info)`` and ``close(info)``. Nothing
-here touches JAX.
-"""
+"""``Progress``: records the trainer's results in a ``History`` and hands them to the table,
+``output_fn`` and the sinks (plot, TensorBoard). No JAX."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -18,15 +12,10 @@ from jaxflowers.training.table import VerboseTable
 
 
 class Progress:
-    """Records a training's results and reports them.
+    """Records a training's results in ``history`` and reports them.
 
-    Args:
-      history: where results are recorded (a resumed run passes the one it restored).
-      table: the verbose table, or None for no table.
-      output_fn: called with one dict per iteration (and per validation and state change);
-        returning True asks training to stop.
-      sinks: objects with ``update(info)`` (called at every report) and ``close(info)``
-        (called once with the final ``TrainingInfo``).
+    ``output_fn`` gets a dict per iteration, validation and state (True stops training);
+    ``sinks`` are objects with ``update(info)`` and ``close(info)``.
     """
 
     def __init__(self, history: History, *, table: VerboseTable | None = None,
@@ -53,8 +42,7 @@ class Progress:
                 self._send({"state": "iteration", **self.history.row(it)})
 
     def add_validation(self, iteration: int, scores: dict) -> None:
-        """Record the validation at ``iteration`` (``metrics.score``'s scores: accuracy in
-        %); ``output_fn`` sees each as ``validation_<name>``."""
+        """Record the validation at ``iteration``; ``output_fn`` sees ``validation_<name>``."""
         self.history.add_validation(iteration, scores)
         message = {"state": "validation", "iteration": iteration,
                    "epoch": self.history.epoch(iteration)}

@@ -1,11 +1,7 @@
 """Reading a checkpoint back to continue a run (``train(..., resume=path)``).
 
-The newest complete checkpoint of a run's folder is read (or the one named), its record
-checked against the continuing run (recipe, network, data, and the training set's digest)
-and its arrays against their digests. A checkpoint whose arrays do not match is named and
-skipped for the previous one (when a run's folder was given); a mismatch of recipe,
-network or data is an error naming both sides.
-"""
+A record that does not fit the run is an error naming both sides; a checkpoint whose arrays fail
+their digests is skipped for the one before."""
 from __future__ import annotations
 
 import dataclasses
@@ -36,16 +32,12 @@ def restore(path, tree_shapes, options: TrainingOptions, data, *, model=None,
     """Read the checkpoint at ``path`` for a run with ``options`` on ``data``.
 
     Args:
-      path: a run's checkpoint folder (its newest sound checkpoint is read) or one
-        checkpoint's folder (``iteration_<N>``) inside it.
+      path: a run's checkpoint folder (its newest sound checkpoint) or one ``iteration_<N>``.
       tree_shapes: the shapes and dtypes of the tree-form state this run expects.
-      options, data, model: the continuing run's; they must fit the checkpoint's.
-      data_digest: ``checkpoint.data_digest(data)``, compared with the checkpoint's.
+      options, data, model, data_digest: the continuing run's; they must fit the checkpoint's.
 
     Raises:
-      CheckpointError: no checkpoint there, an unreadable or damaged one (and no sound
-        one before it), or one of another recipe, network or data set; the message names
-        the checkpoint and what differs.
+      CheckpointError: no sound checkpoint, or one of another recipe, network or data set.
     """
     ck.quiet_orbax()  # e.g. its note that a folder opened read-only is read-only
     folder, steps, named = _locate(pathlib.Path(path).expanduser().absolute())
@@ -142,9 +134,7 @@ def _check_digests(state, digests: dict, where) -> None:
 
 
 def _on_one_local_device(tree_shapes):
-    """The shapes, each placed whole on one device of this process: a checkpoint written on
-    other devices (another count, other processes) is read back into every process's own
-    memory, whatever topology wrote it."""
+    """The shapes, each whole on one local device, so any topology's checkpoint reads back."""
     import jax
 
     try:

@@ -1,13 +1,7 @@
 """``train``: MATLAB's ``trainnet`` on every local device, returning ``(net, info)``.
 
-``train`` checks its inputs, chooses the feed (the training set resident on every device,
-or streamed from the host), hands the compiling and placing to ``program.TrainProgram``
-and the iterations to ``loop.TrainingLoop``, and turns the result into a ``TrainedNet``
-and a ``TrainingInfo``.
-
-With several processes (``jaxflowers.distributed.initialize``) every process runs this same function on
-its own devices of the global mesh; only process 0 prints the table, draws the plot and
-calls ``output_fn``, and its stop request reaches the others.
+With several processes each runs ``train`` on its devices of the global mesh; only process 0
+prints the table, draws the plot and calls ``output_fn``.
 """
 from __future__ import annotations
 
@@ -42,31 +36,20 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     """Train ``model`` on ``data`` with ``options`` over every selected device (``trainnet``).
 
     Args:
-      data: an image set: uint8 ``images`` (N, H, W, C), int ``labels`` (N,),
-        ``class_names``. It is copied once to every device, or streamed from the host
-        when ``execution.data_placement`` says so (or, on "auto", when it is too large).
-      model: a flax module mapping (B, H, W, C) to (B, num_classes) logits; modules with
-        ``dtype`` / ``bn_axis_name`` fields get the compute precision and, with
-        ``sync_batch_norm``, the mesh axis.
+      data: an image set: uint8 ``images`` (N, H, W, C), int ``labels`` (N,), ``class_names``.
+      model: a flax module mapping (B, H, W, C) images to (B, num_classes) logits; its
+        ``dtype`` / ``bn_axis_name`` fields, if any, are set to the run's.
       options: ``TrainingOptions``; ``mini_batch_size`` is the global batch.
-      execution: how the run uses the hardware (``ExecutionOptions``, or a dict of its
-        fields); default: every "auto".
-      resume: a checkpoint folder (``options.checkpoint_path`` of an earlier run, or one
-        of its numbered checkpoints) to continue from; the options must be the run's.
+      execution: ``ExecutionOptions`` or a dict of its fields; default: every "auto".
+      resume: a checkpoint folder of an earlier run (or one of its checkpoints) to continue.
 
     Returns:
-      ``(net, info)``: a ``TrainedNet`` and a ``TrainingInfo``. Training ends at
-      ``max_epochs``, or earlier: when ``output_fn`` returns True, on Ctrl-C (the first
-      press stops at the next block boundary), when the validation objective has not
-      improved for ``validation_patience`` validations, or at the first iteration whose
-      loss or gradient is not finite; ``info.stop_reason`` says which. ``net`` is the best
-      validated network or the last one (``output_network``; after a non-finite step the
-      last network whose every step was finite), with population batch-norm statistics
-      unless ``batch_normalization_statistics="moving"``;
-      ``info.output_network_iteration`` says which iteration it is.
+      ``(net, info)``: the ``TrainedNet`` (best validated or last finite, per
+      ``output_network``) and the ``TrainingInfo`` (``info.stop_reason`` says why it ended).
+      Every process of a multi-process run gets the same.
 
-    With several processes (``jaxflowers.distributed.initialize`` first), every process calls ``train``
-    with the same data and options and gets the same ``(net, info)``.
+    Raises:
+      ValueError: data, model and options that do not fit together (naming both sides).
     """
     if not isinstance(options, TrainingOptions):
         raise TypeError(f"options must be TrainingOptions, not {type(options).__name__}")
@@ -143,8 +126,7 @@ class _Run:
         return net, info
 
     def _early_stopping(self) -> EarlyStopping | None:
-        """The judge of the validations (with a resumed run's best network), or None when
-        nothing depends on them."""
+        """The judge of the validations (with a resumed run's best), or None if none is needed."""
         if not keeps_networks(self.options):
             return None
         early = EarlyStopping(self.options, self.history)
@@ -232,8 +214,7 @@ def _execution(execution) -> ExecutionOptions:
 
 
 def _feed(data, options: TrainingOptions, execution: ExecutionOptions, parallel: DataParallel):
-    """``ResidentData`` or ``StreamedData``; with several processes, process 0's choice, as
-    processes running different feeds would wait on each other forever."""
+    """``ResidentData`` or ``StreamedData``; process 0's choice (different feeds would hang)."""
     placement = choose_placement(execution.data_placement, data, parallel.local_devices)
     streamed = bool(parallel.from_main_process(np.int32(placement.kind == "stream")))
     plan = dict(mini_batch_size=options.mini_batch_size, num_epochs=options.max_epochs,
@@ -245,10 +226,8 @@ def _feed(data, options: TrainingOptions, execution: ExecutionOptions, parallel:
 
 
 def _look_ahead(options: TrainingOptions, parallel: DataParallel) -> int:
-    """Sync points by which the host reads results late: 1 on accelerators, so the devices
-    run on while the host reads; 0 with ``output_fn`` (it may stop training on what it
-    sees, so it sees each result as soon as it exists) and on CPUs (the "devices" are the
-    host's own cores: nothing to overlap)."""
+    """Sync points by which the host reads results late (1: the devices run on meanwhile)."""
+    # 0 with output_fn (it may stop on what it sees) and on CPUs (nothing to overlap).
     cpu = parallel.devices[0].platform == "cpu"
     return 0 if options.output_fn is not None or cpu else 1
 

@@ -1,13 +1,8 @@
 """The pure per-device training step and the block of steps one dispatch runs.
 
-These functions know the mesh axis name ``"data"`` and nothing else about devices;
-``program.TrainProgram`` wraps and compiles them for every device. Each collective says
-what it averages and why.
-
-A step whose loss or gradient is not finite changes nothing: the state keeps the last
-finite network and records the iteration in ``TrainState.halted``, and every later step of
-the run is skipped, so the host learns of it from the metrics it reads anyway (no extra
-synchronisation per step).
+They know only the mesh axis name. A step whose loss or gradient is not finite changes nothing
+and sets ``TrainState.halted``; later steps are skipped, and the host learns of it from the
+metrics it reads anyway.
 """
 from __future__ import annotations
 
@@ -70,21 +65,17 @@ SEED = jax.ShapeDtypeStruct((), jnp.uint32)  # the init programs' argument
 
 
 def init_state(model, tx, image_shape, seed: int, flat: FlatParams | None = None) -> TrainState:
-    """Initial parameters (float32; one vector with ``flat``) and solver state, on the
-    default device."""
+    """Initial ``TrainState`` (one parameter vector with ``flat``) on the default device."""
     return init_program(init_variables(model, image_shape), tx, flat)(np.uint32(seed))
 
 
 def init_variables(model, image_shape):
-    """The jitted ``seed -> {"params", "batch_stats"}`` of ``model`` for (H, W, C) images.
-
-    ``jax.eval_shape(init_variables(...), SEED)`` gives the shapes that decide the layout;
-    ``init_program`` calls the same jitted function, whose trace JAX then reuses.
-    """
+    """The jitted ``seed -> {"params", "batch_stats"}`` of ``model`` for (H, W, C) images."""
+    # Shared by jax.eval_shape (the layout) and init_program, so JAX traces it once.
     @jax.jit  # nested in init_program's, which carries the compiler options
     def variables(seed):
-        # Initial weights from a counter-based hash generator (models.init_rng): the same
-        # distributions, in a program that compiles several times faster.
+        # why models.init_rng: a counter-based hash generator, the same distributions in a
+        # program that compiles faster.
         return model.init(init_rng.key(seed), jnp.zeros((1, *image_shape), jnp.float32),
                           train=False)
 
@@ -92,8 +83,7 @@ def init_variables(model, image_shape):
 
 
 def init_program(variables, tx, flat: FlatParams | None = None):
-    """The jitted ``seed -> TrainState`` (``variables``: ``init_variables``'s function). The
-    seed is a uint32 argument, not a constant, so one compiled program serves every seed."""
+    """The jitted ``seed -> TrainState`` (a uint32 argument: one program serves every seed)."""
     @functools.partial(jax.jit, compiler_options=compiler_options())
     def _init(seed):
         data_key = jax.random.split(jax.random.PRNGKey(seed))[1]
@@ -109,12 +99,9 @@ def init_program(variables, tx, flat: FlatParams | None = None):
 
 
 def sample_keys(state: TrainState, batch_size: int) -> jax.Array:
-    """One PRNG key per sample of this device's part of the global batch.
+    """One PRNG key per sample of this device's rows, by (step, position in the global batch).
 
-    Keys depend on (step, position in the *global* batch) only, so the same seed augments
-    the same sample the same way on 1 or N devices. ``axis_index`` is the device's index in
-    the whole mesh, also when the mesh spans several processes (hosts).
-    """
+    So the same seed augments alike on 1 or N devices."""
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), state.step)
     positions = lax.axis_index(AXIS) * batch_size + jnp.arange(batch_size)
     return jax.vmap(lambda p: jax.random.fold_in(step_key, p))(positions)
@@ -182,17 +169,14 @@ def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: 
 
     Args:
       state: replicated ``TrainState``.
-      images: (N, H, W, C) uint8, the whole training set, resident on this device.
-      labels: (N,) int32.
+      images, labels: (N, H, W, C) uint8 and (N,) int32, the whole resident training set.
       order: (total_steps, b) int32, this device's columns of every iteration's batch.
       stats: per-channel (mean, std), float32 (C,) each.
-      limit: int32 scalar; iterations ``>= limit`` are skipped (a cheap branch), so one
-        compiled block serves every validation and table boundary. So is every iteration
-        once the state has halted on a non-finite step.
+      limit: int32 scalar; later iterations (and all after a halt) are skipped.
       length: static number of scan iterations.
 
     Returns:
-      The new state and per-iteration metrics, each of shape (length,).
+      The new state and per-iteration metrics, each (length,).
     """
     def one(state):
         idx = lax.dynamic_index_in_dim(order, state.step, keepdims=False)
@@ -219,17 +203,7 @@ def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: 
 
 def train_streamed(state: TrainState, images, labels, stats, *,
                    cfg: StepConfig) -> tuple[TrainState, dict]:
-    """One iteration on a batch streamed from the host (the streamed feed's block).
-
-    Args:
-      state: replicated ``TrainState``.
-      images: (b, H, W, C) uint8, this device's rows of the global batch.
-      labels: (b,) int32.
-      stats: per-channel (mean, std), float32 (C,) each.
-
-    Returns:
-      The new state and metrics of shape (1,), as ``train_block`` with ``length=1``.
-    """
+    """One iteration on streamed (b, H, W, C) uint8 images, (b,) labels; as ``train_block``."""
     return _single(lambda s: train_step(s, images, labels, stats, cfg), state)
 
 

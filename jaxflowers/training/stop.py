@@ -1,8 +1,4 @@
-"""Why a training ended (MATLAB's ``StopReason``): one enum, compared by identity.
-
-``TrainingInfo.stopped_by`` holds the ``StopReason``; ``TrainingInfo.stop_reason`` the
-words MATLAB would show ("max epochs completed", "training loss is NaN at iteration 12").
-"""
+"""Why a training ended (MATLAB's ``StopReason``): one enum, compared by identity."""
 from __future__ import annotations
 
 import enum
@@ -32,8 +28,7 @@ class StopReason(enum.Enum):
 
     @property
     def at_recorded_point(self) -> bool:
-        """Whether training ended at a result the host has read (a divergence, patience):
-        what the devices ran after it is not recorded."""
+        """Whether training ended at a result the host read; later device work is not recorded."""
         return self in (StopReason.DIVERGED, StopReason.VALIDATION_DIVERGED,
                         StopReason.PATIENCE)
 

@@ -17,15 +17,8 @@ _METRIC_TITLES = {"fscore": "FScore", "precision": "Precision", "recall": "Recal
 
 
 class VerboseTable:
-    """Prints a row for the first iteration, every ``frequency``-th, every validation and the
-    last, as MATLAB's ``Verbose`` output does, with a column per validation metric of the
-    history's.
-
-    Args:
-      history: the record the rows come from.
-      frequency: iterations between rows (MATLAB's ``VerboseFrequency``).
-      stream: where to print (default ``sys.stdout``).
-    """
+    """MATLAB's ``Verbose`` table of ``history``: the first, every ``frequency``-th
+    (``VerboseFrequency``), validated and last rows, printed to ``stream`` (default stdout)."""
 
     def __init__(self, history: History, frequency: int, stream=None):
         self.history, self.frequency = history, frequency
@@ -48,8 +41,7 @@ class VerboseTable:
                 f" {n:^{w}} " for n, w in zip(names, self._widths)) + "|", file=self.stream)
 
     def rows(self, *, final: bool = False) -> None:
-        """Print the rows due up to the last recorded iteration (and the last one if
-        ``final``)."""
+        """Print the rows due up to the last recorded iteration (and it too, if ``final``)."""
         done = self.history.iterations_done
         validated = set(self.history.validations["iteration"])
         due = [it for it in range(self._printed + 1, done + 1)

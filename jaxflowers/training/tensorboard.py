@@ -1,9 +1,5 @@
-"""Training metrics as TensorBoard scalars, through tensorboardX (no TensorFlow needed).
-
-``train`` drives a ``TensorBoardLog`` like the training-progress view (``update(info)`` at
-every report, ``close(info)`` at the end) when ``TrainingOptions(log_dir=...)`` is given;
-``tensorboard --logdir LOG_DIR`` then shows the run.
-"""
+"""Training metrics as TensorBoard scalars through tensorboardX (no TensorFlow), a sink of
+``train`` when ``TrainingOptions(log_dir=...)`` is given."""
 from __future__ import annotations
 
 import os
@@ -19,16 +15,10 @@ VALIDATION_TAGS = {"validation_loss": "validation/loss",
 
 
 class TensorBoardLog:
-    """Write each iteration's metrics to a TensorBoard event file in ``log_dir``.
+    """Write each iteration's metrics (``TRAINING_TAGS``, ``VALIDATION_TAGS``) to ``log_dir``.
 
-    Args:
-      log_dir: the run's folder (created if absent); one event file per run in it.
-      flush_secs: most seconds between two writes to disk while training.
-
-    Scalars, by iteration (the global step): ``training/loss``, ``training/accuracy`` (%),
-    ``training/learn_rate`` every iteration; ``validation/loss`` and
-    ``validation/accuracy`` (%) at each validation. Needs the ``tensorboard`` extra
-    (``pip install "jaxflowers[tensorboard]"``, which installs tensorboardX).
+    Needs ``pip install "jaxflowers[tensorboard]"``; ``flush_secs`` is the most seconds
+    between two writes to disk.
     """
 
     def __init__(self, log_dir, *, flush_secs: int = 10):
@@ -42,8 +32,7 @@ class TensorBoardLog:
         self._iterations = self._validations = 0  # how many of each are written
 
     def update(self, info) -> None:
-        """Write the iterations and validations of ``info`` (a ``TrainingInfo``) not yet
-        written."""
+        """Write the iterations and validations of a ``TrainingInfo`` not yet written."""
         steps = np.asarray(info.iteration)
         for tags, start, steps_of in ((TRAINING_TAGS, self._iterations, steps),
                                       (VALIDATION_TAGS, self._validations,
