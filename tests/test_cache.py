@@ -15,9 +15,8 @@ import pytest
 from PIL import Image
 
 import jaxflowers as jf
+from jaxflowers.data import ImageFolder, imread
 from jaxflowers.data import cache as cache_lib
-from jaxflowers.data import imread
-from jaxflowers.data.folder import ImageFolder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -6,7 +6,7 @@ import pytest
 
 import jaxflowers as jf
 from jaxflowers.compilation import options as xla_options
-from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel
+from jaxflowers.parallel import REPLICATED, DataParallel
 from jaxflowers.training.step import init_program, init_variables
 
 

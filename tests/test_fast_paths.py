@@ -15,7 +15,7 @@ import jaxflowers as jf
 from jaxflowers.models.maxpool import max_pool
 from jaxflowers.models.norm import BatchNorm
 from jaxflowers.models.stem import StemConv
-from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
+from jaxflowers.parallel import REPLICATED, DataParallel, sharded
 from jaxflowers.training.layout import FlatParams
 from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
 from jaxflowers.training.step import StepConfig, init_state, train_block

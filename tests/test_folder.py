@@ -15,9 +15,8 @@ import pytest
 from PIL import Image
 
 import jaxflowers as jf
+from jaxflowers.data import ImageFolder, ImageSet
 from jaxflowers.data import folder as folder_lib
-from jaxflowers.data.folder import ImageFolder
-from jaxflowers.data.imageset import ImageSet
 
 
 def _save(path, color=(200, 30, 30), size=(12, 10), mode="RGB", **kwargs):

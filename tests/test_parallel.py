@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jaxflowers as jf
-from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
+from jaxflowers.parallel import REPLICATED, DataParallel, sharded
 from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
 from jaxflowers.training.step import StepConfig, init_state, train_block
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxflowers import plots
-from jaxflowers.plots import sweep_grid as live
+from jaxflowers import plots as live
 
 
 def assert_png(path, fig, dpi):

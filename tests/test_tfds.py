@@ -23,8 +23,11 @@ tfds = pytest.importorskip(
     "tensorflow_datasets",
     reason='tensorflow-datasets is not installed (pip install "jaxflowers[tfds]")')
 
-from jaxflowers.data.imageset import ImageSet  # noqa: E402
-from jaxflowers.data.tfds import TfdsImages, tfds_source  # noqa: E402
+from jaxflowers.data import (  # noqa: E402
+    ImageSet,  # noqa: E402
+    TfdsImages,
+    tfds_source,
+)
 
 N = 6
 # CIFAR-10's batches.meta.txt, which tfds reads into label.labels.txt when preparing.

@@ -191,7 +191,7 @@ def test_a_script_leaves_the_final_frame_the_csv_and_the_event_file(tmp_path):
     import subprocess
     import sys
 
-    from test_tensorboard_log import read_scalars
+    from test_tensorboard import read_scalars
 
     root = pathlib.Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # as a user's shell
