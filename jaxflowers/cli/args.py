@@ -1,5 +1,5 @@
-"""argparse types built on ``options.validate``: a bad flag is refused by the parser, in one
-line naming the flag, before anything starts (a worker, JAX, a download)."""
+"""argparse types on ``options.validate``: the parser refuses a bad flag in one line naming it,
+before anything starts (a worker, JAX, a download)."""
 from __future__ import annotations
 
 import argparse

@@ -49,8 +49,7 @@ def _download(args) -> int:
 
 
 def main(argv=None) -> int:
-    """Run the command line; returns the exit status (0, 1 on failure, 2 for bad
-    arguments, 130 on Ctrl-C, 143 on SIGTERM)."""
+    """Run the command line; the exit status (0; 1 failed; 2 bad arguments; 130, 143 signals)."""
     parser = _parser()
     args = parser.parse_args(argv)
     if getattr(args, "resume", False) and not args.checkpoint_dir:

@@ -1,8 +1,5 @@
-"""``python -m jaxflowers sweep``: MATLAB's parfeval example from the shell.
-
-``jaxflowers.cli.entry`` adds this subcommand with :func:`add_parser` and hands the parsed
-arguments to :func:`run`. Nothing here imports JAX: the workers own the devices.
-"""
+"""``python -m jaxflowers sweep``: MATLAB's parfeval example from the shell. Imports no JAX:
+the workers own the devices."""
 from __future__ import annotations
 
 import argparse
@@ -14,8 +11,7 @@ from jaxflowers.host import signals
 
 
 def add_parser(commands, parents=()) -> argparse.ArgumentParser:
-    """Add the ``sweep`` subcommand to ``commands`` (an argparse subparsers object), with
-    the options of ``parents`` (parsers) too."""
+    """Add the ``sweep`` subcommand to ``commands`` (argparse subparsers), with ``parents``."""
     sweep = commands.add_parser(
         "sweep", parents=list(parents),
         help="train cifar_net of several depths side by side (MATLAB's parfeval example), "
@@ -44,11 +40,8 @@ def add_parser(commands, parents=()) -> argparse.ArgumentParser:
 
 
 def parse_options(items: list[str]) -> dict:
-    """``--option NAME=VALUE`` items as a dict; a value that is not JSON stays a string.
-
-    Raises:
-      ValueError: for an item without ``=``.
-    """
+    """``--option NAME=VALUE`` items as a dict (a value that is not JSON stays a string);
+    ValueError for an item without ``=``."""
     overrides = {}
     for item in items:
         name, sep, value = item.partition("=")

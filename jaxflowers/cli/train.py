@@ -1,9 +1,7 @@
 """``python -m jaxflowers train``: its flags and what it runs.
 
-Trains the chosen recipe's network (``recipes``), tests it on the held-out images and
-reports; keeps what the user asked for (``--save``, ``--out`` metrics, checkpoints). Ctrl-C
-at any stage becomes :class:`Interrupted`, one line saying what was kept.
-"""
+Trains the recipe's network, tests it on the held-out images and keeps what was asked for
+(``--save``, metrics, checkpoints); Ctrl-C becomes one line (:class:`Interrupted`)."""
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +15,7 @@ from jaxflowers.recipes.networks import IMAGE_SIZE  # imports no JAX
 
 
 class Interrupted(Exception):
-    """SIGINT or SIGTERM, turned into one line (what was going on, what was kept) and the
-    exit status (130 or 143)."""
+    """SIGINT or SIGTERM as one line (what was going on, what was kept) and an exit status."""
 
     def __init__(self, message: str, status: int = 130):
         super().__init__(message)
@@ -142,8 +139,7 @@ def _join_processes(args) -> None:
 
 @contextlib.contextmanager
 def stage(what: str, kept: tuple[str, ...] = ()):
-    """SIGINT or SIGTERM inside the block becomes :class:`Interrupted` saying ``what`` was
-    going on."""
+    """SIGINT or SIGTERM inside the block becomes :class:`Interrupted` saying ``what`` ran."""
     try:
         yield
     except KeyboardInterrupt as stop:
@@ -184,8 +180,7 @@ def run(args) -> int:
 
 
 def _start(args) -> tuple[list, bool]:
-    """Join the other processes (if any), turn on the compilation cache and start JAX's
-    backend; returns (the devices, whether this is process 0, the one that reports)."""
+    """Join the other processes, start the compilation cache and JAX; (devices, is process 0)."""
     _join_processes(args)
     import jax
 
@@ -198,8 +193,7 @@ def _start(args) -> tuple[list, bool]:
 
 
 def _check_outputs(args) -> None:
-    """Raise ``OSError`` naming the flag unless every folder the run will write to can be
-    written (each is created if missing)."""
+    """OSError naming the flag unless every folder the run writes to is writable (created)."""
     from jaxflowers.host.files import unwritable
 
     if args.save and os.path.isdir(args.save):
@@ -214,8 +208,7 @@ def _check_outputs(args) -> None:
 
 
 def _chosen_recipe(args):
-    """``--recipe``, or the one that ``--data``/``--model`` imply (a bad name fails here,
-    before anything is loaded)."""
+    """``--recipe``, or the one ``--data``/``--model`` imply (a bad name fails before loading)."""
     from jaxflowers import recipes
 
     if args.recipe:
@@ -257,13 +250,11 @@ def _recipe(args, recipe, model_name: str, device_count: int, train_set, test_se
 
 
 def _execution(args) -> dict:
-    """``ExecutionOptions`` fields of the flags (which devices, how the step is mapped over
-    them), which ``predict`` takes too."""
+    """The ``ExecutionOptions`` fields of the flags (``predict`` takes them too)."""
     return {"num_devices": args.devices, "strategy": args.strategy}
 
 
 def _checkpointing(args) -> dict:
-    """The ``TrainingOptions`` fields of ``--checkpoint-*`` (none without a folder)."""
     if not args.checkpoint_dir:
         return {}
     return {"checkpoint_path": args.checkpoint_dir,
@@ -273,15 +264,12 @@ def _checkpointing(args) -> dict:
 
 
 def _resume(args) -> dict:
-    """``train``'s ``resume`` argument of ``--resume``."""
     return {"resume": args.checkpoint_dir} if args.resume else {}
 
 
 def _keep(args, net, info, main_process: bool) -> tuple[str, ...]:
-    """Write metrics.csv and (``--save``) the network on process 0, however training
-    ended (but for divergence); then raise :class:`Interrupted`, :class:`Diverged` or
-    ``RuntimeError`` when training did not finish (in every process, so all of them stop).
-    Returns what was written."""
+    """Write metrics.csv and ``--save`` on process 0 (not after divergence), then raise if training
+    did not finish (in every process, so all stop); what was written."""
     from jaxflowers.training.stop import StopReason
 
     metrics = os.path.join(args.out, "metrics.csv")

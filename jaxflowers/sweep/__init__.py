@@ -1,9 +1,7 @@
 """Sweeps: many trainings side by side, one per GPU slot (MATLAB's parfeval workflow).
 
-``DevicePool.submit`` (parfeval) returns ``concurrent.futures.Future``s; ``fetch_outputs``
-(fetchOutputs) collects them; ``report`` inside a job and ``DevicePool.after_each``
-(DataQueue + afterEach) carry progress; ``Future.cancel`` stops queued or running jobs.
-Importing this package does not import JAX.
+``DevicePool.submit`` is ``parfeval``, ``fetch_outputs`` ``fetchOutputs``, ``report`` and
+``DevicePool.after_each`` a DataQueue's ``send`` and ``afterEach``. Imports no JAX.
 """
 from jaxflowers.sweep.channel import report
 from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError, fetch_outputs

@@ -1,8 +1,5 @@
-"""The progress channel from a job to its pool: ``report`` (MATLAB's ``send`` to a DataQueue).
-
-Inside a worker, messages are JSON lines written to a pipe that only carries progress (the
-job's own prints go to its log file). Outside a pool ``report`` does nothing, so a job
-function runs unchanged in a plain Python session.
+"""``report``: a job's progress to its pool (MATLAB: ``send`` to a DataQueue), as JSON lines on
+a pipe of their own; outside a pool it does nothing, so a job function runs unchanged.
 """
 from __future__ import annotations
 
@@ -17,16 +14,10 @@ _channel: dict[str, Any] = {"fd": None, "lock": threading.Lock()}
 
 
 def report(message: Mapping[str, Any]) -> None:
-    """Send a progress message from inside a job to the pool's ``after_each`` callbacks.
-
-    MATLAB: ``send(queue, data)`` on a ``parallel.pool.DataQueue``.
+    """Send a progress message to the pool's ``after_each`` callbacks (MATLAB: ``send``).
 
     Args:
-      message: a dict with str keys and JSON-able values; numpy/JAX scalars and small
-        arrays are converted to numbers and lists.
-
-    Returns:
-      None. Outside a pool (no channel) this is a no-op.
+      message: str keys and JSON-able values (numpy/JAX scalars and small arrays are converted).
     """
     fd = _channel["fd"]
     if fd is None:
@@ -56,10 +47,8 @@ def _to_json(value: Any) -> Any:
 
 
 def connect(environ: dict[str, str] | None = None) -> bool:
-    """Open this worker's channel from ``$JAXFLOWERS_SWEEP_REPORT_FD`` (removed from the
-    environment so the job's own subprocesses do not inherit a dead number). Returns
-    whether a channel was found."""
+    """Open this worker's channel from ``$JAXFLOWERS_SWEEP_REPORT_FD``; whether there is one."""
     environ = os.environ if environ is None else environ
-    fd = environ.pop(ENV_FD, None)
+    fd = environ.pop(ENV_FD, None)  # popped: the job's subprocesses must not inherit it
     _channel["fd"] = int(fd) if fd else None
     return _channel["fd"] is not None

@@ -1,10 +1,6 @@
 """The pool's event thread: ``after_each`` callbacks, then the futures' completion.
 
-One thread, fed by a queue, runs every callback (so a plot never sees two updates at once)
-and completes each future only after the messages its job sent before ending, so a caller
-woken by ``fetch_outputs`` has seen every message of that job. A job that fails or is
-cancelled cannot say so itself; the pool sends its last message for it:
-``{"state": "failed", "error": first line}`` or ``{"state": "cancelled"}``.
+A future completes only after its job's earlier messages, so ``fetch_outputs`` sees them all.
 """
 from __future__ import annotations
 
@@ -17,8 +13,7 @@ _log = logging.getLogger(__name__)
 
 
 class EventDispatcher:
-    """One thread that runs the ``after_each`` callbacks and then completes futures, so a
-    job's messages are all delivered before its future is done."""
+    """The thread that runs the ``after_each`` callbacks, then completes the futures."""
 
     def __init__(self):
         self._items: queue.SimpleQueue = queue.SimpleQueue()
@@ -33,12 +28,10 @@ class EventDispatcher:
         self._items.put(("callback", callback))
 
     def put(self, job_index: int, message: dict) -> None:
-        """Queue one message of job ``job_index`` for the callbacks."""
         self._items.put(("message", (job_index, message)))
 
     def complete(self, job, value: Any, error: BaseException | None, cancelled: bool) -> None:
-        """Complete ``job.future`` (after the messages queued before) with one outcome;
-        a job the pool stopped ends cancelled (through ``JobFuture.cancel``)."""
+        """Complete ``job.future`` with one outcome, after the messages queued before."""
         self._items.put(("finish", (job, value, error, cancelled)))
 
     def close(self) -> None:
@@ -75,8 +68,7 @@ class EventDispatcher:
                            callback, item[0])
 
     def _complete(self, job, value: Any, error: BaseException | None, cancelled: bool) -> None:
-        """Tell the callbacks how a job ended badly (the job itself cannot), then complete
-        its future (once, however often the pool reports the end)."""
+        """Send the last message of a failed or cancelled job, then complete its future (once)."""
         if job.index in self._completed:
             return
         self._completed.add(job.index)

@@ -1,9 +1,6 @@
-"""The futures a sweep hands out, the errors a failed job raises, and ``fetch_outputs``.
+"""The futures a sweep hands out, the errors of failed jobs, and ``fetch_outputs``.
 
-A ``JobFuture`` is a real ``concurrent.futures.Future`` (``as_completed``, ``wait`` and
-``add_done_callback`` work), with one difference MATLAB users expect from ``cancel(F)``:
-cancelling a *running* job kills it instead of being refused. It uses only the public
-``Future`` API for that: the future stays pending while the job runs.
+A ``JobFuture`` stays pending while its job runs, so ``cancel()`` can kill a running job.
 """
 from __future__ import annotations
 
@@ -15,14 +12,11 @@ from jaxflowers.sweep import transfer
 
 
 class JobError(RuntimeError):
-    """A sweep job failed: it raised, exited non-zero, was killed by a signal or timed out.
+    """A sweep job raised, exited non-zero, was killed by a signal or timed out.
 
-    Attributes:
-      job_index: the job's number in its pool (0 for the first ``submit``).
-      exit_code: the worker's exit status, or None (killed by a signal, or unknown).
-      signal_name: e.g. "SIGSEGV" or "SIGKILL" when a signal ended the job, else None.
-      log_tail: the last lines of the job's log (its prints and traceback).
-      error_type: the exception class name when the job raised, else None.
+    Attributes: ``job_index``, ``exit_code`` (None after a signal), ``signal_name`` (e.g.
+    "SIGKILL", else None), ``log_tail`` (the last lines of the job's log) and ``error_type``
+    (the class name of what the job raised, else None).
     """
 
     def __init__(self, job_index: int, reason: str, *, exit_code: int | None = None,
@@ -41,15 +35,8 @@ class JobTimeoutError(JobError, TimeoutError):
 
 
 class JobFuture(Future):
-    """A ``concurrent.futures.Future`` for one sweep job (MATLAB: a ``parallel.FevalFuture``).
-
-    The future stays pending while its job runs, so ``Future.cancel`` can still cancel it:
-    ``cancel()`` stops the job (a running one is killed), then cancels the future through
-    the standard API. ``running()`` reports whether the job is running.
-
-    Attributes:
-      job_index: the job's number in its pool.
-    """
+    """A ``concurrent.futures.Future`` of one job (MATLAB: ``parallel.FevalFuture``) whose
+    ``cancel()`` also stops a running job; ``job_index`` is its number in the pool."""
 
     def __init__(self, job_index: int, *, stop_job: Callable[[int], bool],
                  job_running: Callable[[int], bool]):
@@ -60,10 +47,7 @@ class JobFuture(Future):
         self._rebuilt: tuple[Any] | None = None
 
     def cancel(self) -> bool:
-        """Cancel the job, queued or running (a running one is killed, its slot freed).
-
-        MATLAB: ``cancel(F)``. Returns False only when the job has already finished.
-        """
+        """Cancel the job, killing it if it runs (MATLAB: ``cancel(F)``); False once ended."""
         with self._cancel_lock:
             if self.cancelled():
                 return True
@@ -77,11 +61,7 @@ class JobFuture(Future):
         return not self.done() and self._job_running(self.job_index)
 
     def result(self, timeout: float | None = None) -> Any:
-        """The job's return value (waits up to ``timeout`` s); raises its error otherwise.
-
-        Values a library job returns in tagged form (``train_job``'s network and info) are
-        rebuilt here, in the caller's thread, on first access: this may import JAX.
-        """
+        """The job's return value (rebuilt on first access; may import JAX), or raise its error."""
         value = super().result(timeout)
         with self._rebuild_lock:
             if self._rebuilt is None:
@@ -96,24 +76,18 @@ class JobFuture(Future):
 
 def fetch_outputs(futures: Iterable[Future], *, unpack: bool = True,
                   timeout: float | None = None) -> list | tuple[list, ...]:
-    """Wait for every job and return their outputs in the order of ``futures``.
-
-    MATLAB: ``fetchOutputs(F)``; like ``[nets, infos] = fetchOutputs(F)``, jobs that return
-    tuples of one length (several outputs) come back as one list per output.
+    """Wait for every job and return their outputs in order (MATLAB: ``fetchOutputs(F)``).
 
     Args:
       futures: futures from ``DevicePool.submit`` (any ``Future`` works).
-      unpack: if False, always return the plain list of return values.
+      unpack: when every job returned a tuple of one length, return one list per output
+        (``nets, infos = fetch_outputs(futures)``); False: the plain list.
       timeout: seconds to wait for all jobs; None waits for ever.
 
-    Returns:
-      ``[out_0, out_1, ...]``, or ``([a_0, a_1, ...], [b_0, b_1, ...])`` when every job
-      returned a tuple ``(a, b)``.
-
     Raises:
-      JobError: the error of the first failed job in ``futures`` (it names the job index).
-      CancelledError: when the first unsuccessful job was cancelled.
-      TimeoutError: when jobs are still running after ``timeout`` seconds.
+      JobError: the error of the first failed job (it names the job index).
+      CancelledError: the first unsuccessful job was cancelled.
+      TimeoutError: jobs are still running after ``timeout`` seconds.
     """
     futures = list(futures)
     _, not_done = wait(futures, timeout)

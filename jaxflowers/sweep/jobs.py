@@ -1,8 +1,6 @@
-"""``train_job``: the job function of a training sweep (the MATLAB example's ``trainnet``
-inside ``parfeval``), plus the data and model specs it understands.
+"""``train_job``: the job function of a training sweep (MATLAB: ``trainnet`` in ``parfeval``).
 
-Everything here runs inside a worker, so JAX is imported inside the functions: importing
-this module (as ``jaxflowers.sweep`` does) must not import JAX in the caller.
+It runs in a worker; JAX is imported inside the functions, never by importing this module.
 """
 from __future__ import annotations
 
@@ -14,46 +12,24 @@ from jaxflowers.sweep.channel import report
 
 
 def train_job(*, data, model, options, execution=None, seed: int | None = None):
-    """Train one network in a sweep job and stream its progress to the pool.
-
-    MATLAB: the function handed to ``parfeval`` in "Train Deep Learning Networks in
-    Parallel" (``trainnet`` with an ``OutputFcn`` that ``send``s to a DataQueue).
+    """Train one network, reporting its ``output_fn`` messages (MATLAB: ``trainnet`` in parfeval).
 
     Args:
-      data: a data spec or plan (``jaxflowers.recipes``: "digits", "cifar10", a folder,
-        ``{"folder": path, "image_size": [h, w]}``, an image set, or ``{"train": spec,
-        "validation": spec | fraction}``...); the plan's training and validation sets are
-        used.
-      model: a model spec (``recipes.build_model``), e.g. ``("cifar_net", {"depth": 2})``
-        or ``("resnet50", {"num_classes": 5})``; ``num_classes`` defaults to the data's.
-      options: a dict of ``TrainingOptions`` fields (JSON-able; ``ExecutionOptions``
-        fields such as ``steps_per_dispatch`` are routed to ``execution``), or a
-        ``TrainingOptions`` without ``output_fn``. Validation data, if any, comes from
-        ``data``; ``plots`` is set to "none" (draw ``plots.sweep_progress(pool)`` in the
-        caller instead).
-      execution: how the job's training runs (``train(..., execution=...)``): a dict of
-        ``ExecutionOptions`` fields or ``ExecutionOptions``; None: the defaults.
-      seed: overrides ``options["seed"]`` (initialisation, shuffling, augmentation).
+      data: a data spec or plan (``recipes.load_plan``); its training and validation sets are used.
+      model: a model spec (``recipes.build_model``); ``num_classes`` defaults to the data's.
+      options: a dict of ``TrainingOptions`` fields (``ExecutionOptions`` fields go to
+        ``execution``) or a ``TrainingOptions``; ``plots`` becomes "none".
+      execution: ``ExecutionOptions`` or a dict of its fields; None: the defaults.
+      seed: overrides ``options["seed"]``.
 
     Returns:
-      ``(net, info)`` as ``jaxflowers.train`` returns them. From a pool they come back
-      through files (arrays in npz, the rest JSON) and are rebuilt in the caller by
-      ``Future.result()``, so ``nets, infos = fetch_outputs(futures)``.
-
-    Every ``output_fn`` message of ``train`` ({"state", "iteration", "epoch", "loss",
-    "accuracy", "learn_rate"}, plus "validation_loss"/"validation_accuracy" after a
-    validation) is forwarded with ``report``, so ``DevicePool.after_each`` sees it. A run
-    that diverged (``info.diverged``) still returns ``(net, info)`` (the last finite
-    network), after a last message ``{"state": "failed", "error": info.stop_reason}``.
-
-    Compiled programs are shared through the persistent compilation cache
-    (``enable_compilation_cache``), so a job that repeats an earlier job's network and
-    shapes loads them instead of compiling.
+      ``(net, info)`` as ``jaxflowers.train`` returns them, rebuilt by ``Future.result()``. A
+      diverged run returns them too, after a last message ``{"state": "failed", "error": ...}``.
     """
     from jaxflowers.compilation.cache import enable_compilation_cache
     from jaxflowers.training.run import train  # robust whether or not jaxflowers/__init__ is lazy
 
-    enable_compilation_cache()
+    enable_compilation_cache()  # a job repeating an earlier one's shapes loads its programs
 
     train_set, validation_set, _ = recipes.load_plan(data)
     module = recipes.build_model(model, num_classes=len(train_set.class_names))
@@ -65,28 +41,15 @@ def train_job(*, data, model, options, execution=None, seed: int | None = None):
 
 
 def _send_to_pool(message: dict) -> bool:
-    """``output_fn`` of a sweep job: send every message to the pool, never stop early."""
+    """``output_fn`` of a sweep job: send every message to the pool, never stop."""
     report(message)
     return False
 
 
 def job_options(options, execution=None) -> tuple[Any, Any]:
-    """``(TrainingOptions, ExecutionOptions)`` from a job's ``options`` and ``execution``.
-
-    Imports no JAX, so a caller can check options before any worker starts.
-
-    Args:
-      options: a dict of ``TrainingOptions`` fields (``augmentation`` may be a dict of
-        ``Augmentation`` fields), where ``ExecutionOptions`` fields (e.g.
-        ``steps_per_dispatch``) are accepted too and go to the second; or
-        ``TrainingOptions``.
-      execution: None, a dict of ``ExecutionOptions`` fields, or ``ExecutionOptions``;
-        execution fields given in ``options`` replace its.
-
-    Raises:
-      ValueError: naming the option that is unknown or whose value is not allowed.
-      TypeError: ``options`` or ``execution`` is of another type.
-    """
+    """``(TrainingOptions, ExecutionOptions)`` of a job's ``options`` and ``execution`` (dicts or
+    instances; execution fields in ``options`` go to the second), without JAX. ValueError names
+    an unknown option or a bad value; TypeError, a wrong type."""
     from jaxflowers.options import ExecutionOptions, TrainingOptions
 
     fields = _fields(options, TrainingOptions, "options")

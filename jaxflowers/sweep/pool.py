@@ -1,11 +1,7 @@
 """``DevicePool``: run job functions on every GPU (or CPU slot) side by side.
 
-MATLAB: a parallel pool with ``parfeval``, ``fetchOutputs``, ``cancel`` and a DataQueue's
-``afterEach``. The pool owns the scheduling (a FIFO queue of jobs, one slot per job that
-may run, timeouts, cancellation, the ``after_each`` callbacks); a backend owns the
-processes: ``local`` (one subprocess per job, ``local.py``) or ``ray`` (``ray_backend.py``).
-
-Nothing here imports JAX: the caller must not hold a GPU while its workers start.
+The pool schedules (queue, slots, timeouts, cancellation, ``after_each``); a backend runs the
+processes. Nothing here imports JAX: the caller must not hold a GPU while its workers start.
 """
 from __future__ import annotations
 
@@ -42,26 +38,18 @@ class _OnlyStates:
 
 
 class DevicePool:
-    """A pool of job slots: ``jobs_per_device`` per GPU, or CPU slots without a GPU.
-
-    MATLAB: ``parpool`` + ``parfeval``. Use it as a context manager, or call ``shutdown``.
+    """A pool of job slots, ``jobs_per_device`` per GPU (MATLAB: ``parpool``); a context manager.
 
     Args:
-      devices: "all" (every visible GPU, counted without importing JAX; without a GPU,
-        ``max(2, cpu_count // 8)`` CPU slots), an int n (the first n GPUs, or n CPU slots
-        without GPUs), or a list of GPU indices/UUIDs. On Ray, GPUs are the cluster's and
-        only their number matters (Ray places the tasks); a cluster without GPUs has one
-        CPU slot per 8 cores of each node (at least one per node).
-      jobs_per_device: jobs packed on each GPU; each then gets ``0.9 / jobs_per_device``
-        of its memory (see ``memory_fraction``) and no preallocation.
-      backend: "local" (subprocesses on this machine) or "ray" (tasks on a Ray cluster;
-        needs the ``ray`` extra).
-      log_dir: folder for the per-job logs ``job-0000.log``...; None keeps them in a
-        temporary folder removed at shutdown.
+      devices: "all" (every visible GPU; without GPUs ``max(2, cpu_count // 8)`` CPU slots), an
+        int n (the first n GPUs, or n CPU slots), or a list of GPU indices/UUIDs. On Ray only the
+        number of GPUs matters; without GPUs each node gives one CPU slot per 8 cores.
+      jobs_per_device: jobs packed on each GPU, each with ``0.9 / jobs_per_device`` of its memory.
+      backend: "local" (subprocesses on this machine) or "ray" (needs the ``ray`` extra).
+      log_dir: folder of the logs ``job-0000.log``...; None: a temporary folder.
       memory_fraction: GPU memory fraction per job (``XLA_PYTHON_CLIENT_MEM_FRACTION``).
-      address: the Ray cluster to join ("HOST:PORT", "ray://HOST:10001" or "auto");
-        default ``$RAY_ADDRESS``; with neither, a local Ray is started. Ray backend only;
-        it prints one line saying which cluster it joined.
+      address: Ray's cluster ("HOST:PORT", "ray://HOST:10001", "auto"); default ``$RAY_ADDRESS``,
+        else a local Ray.
     """
 
     def __init__(self, devices: str | int | Sequence[int | str] = "all", jobs_per_device: int = 1,
@@ -112,19 +100,12 @@ class DevicePool:
 
     def submit(self, fn: Callable | str, /, *args: Any, timeout: float | None = None,
                **kwargs: Any) -> JobFuture:
-        """Schedule ``fn(*args, **kwargs)`` in a worker; returns its future at once.
-
-        MATLAB: ``parfeval(pool, fcn, numout, X1, ...)``.
+        """Schedule ``fn(*args, **kwargs)`` in a worker (MATLAB: ``parfeval``); its ``JobFuture``.
 
         Args:
           fn: a top-level function of an importable module, or "module:qualname".
-          *args, **kwargs: JSON-able values (nested lists, tuples, str-keyed dicts) and
-            numpy arrays (handed over as read-only memory-mapped files).
-          timeout: seconds the job may run once started (on Ray: once handed to Ray);
-            then it is killed and its future fails with ``JobTimeoutError``. None: no limit.
-
-        Returns:
-          A ``JobFuture`` (a ``concurrent.futures.Future``) with ``job_index``.
+          *args, **kwargs: JSON-able values and numpy arrays (memory-mapped, read-only in the job).
+          timeout: seconds the job may run once started, then it is killed (``JobTimeoutError``).
 
         Raises:
           TypeError: ``fn`` is not importable by reference, or an argument is not JSON-able.
@@ -156,22 +137,15 @@ class DevicePool:
 
     def after_each(self, callback: Callable[[int, dict], Any] | None = None, *,
                    states: Sequence[str] | None = None):
-        """Call ``callback(job_index, message)`` for every ``report(message)`` of every job.
+        """Call ``callback(job_index, message)`` for every job's ``report`` (MATLAB: ``afterEach``).
 
-        MATLAB: ``afterEach(queue, fcn)``. Callbacks run on one pool thread of the caller's
-        process, in the order each job sent its messages, and before that job's future
-        completes. Messages sent before the first callback is registered are kept and
-        delivered to it. For a job that fails or is cancelled the pool adds a last message
-        ``{"state": "failed", "error": str}`` or ``{"state": "cancelled"}``, as
-        ``plots.sweep_progress`` expects. Usable as a decorator (``@pool.after_each`` or
-        ``@pool.after_each(states=...)``); returns ``callback``.
+        Callbacks run in order on one pool thread, before the job's future completes; messages sent
+        earlier wait for the first one. A failed or cancelled job ends with ``{"state": "failed",
+        "error": str}`` or ``{"state": "cancelled"}``. Works as a decorator.
 
         Args:
-          callback: the function to call.
-          states: only messages whose "state" is one of these (``MESSAGE_STATES``:
-            "start", "iteration", "validation", "done", "failed", "cancelled"); None: all.
-            ``states=("validation", "done", "failed", "cancelled")`` gives a line per
-            validation and job end instead of one per iteration.
+          callback: the function to call; returned.
+          states: only messages whose "state" is one of these (``MESSAGE_STATES``); None: all.
         """
         if callback is None:
             return functools.partial(self.after_each, states=states)
@@ -185,12 +159,7 @@ class DevicePool:
         return callback
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Stop accepting jobs, like ``concurrent.futures.Executor.shutdown``.
-
-        Args:
-          wait: block until every running and queued job has finished.
-          cancel_futures: cancel the queued jobs (running ones go on).
-        """
+        """Stop accepting jobs, like ``concurrent.futures.Executor.shutdown``."""
         with self._lock:
             self._shutdown = True
             cancelled = list(self._queue) if cancel_futures else []
@@ -236,8 +205,7 @@ class DevicePool:
                 job.timer.start()
 
     def _stop(self, job_index: int) -> bool:
-        """Stop a job for ``JobFuture.cancel``: drop it from the queue or kill it. Returns
-        whether its future should end cancelled (False once it ended by itself)."""
+        """Drop or kill a job for ``JobFuture.cancel``; whether its future should end cancelled."""
         job = self._jobs[job_index]
         with self._lock:
             if job.state == "queued":
@@ -264,7 +232,7 @@ class DevicePool:
                 self._backend.kill(job)
 
     def _job_ended(self, job: Job, value: Any, error: BaseException | None) -> None:
-        """``JobEvents.finished`` of ``job``: free its slot, then complete its future."""
+        """``JobEvents.finished``: free the job's slot, then complete its future."""
         with self._lock:
             if job.state == "done":
                 return
@@ -286,7 +254,6 @@ class DevicePool:
     # ------------------------------------------------------------------ ending
 
     def _wait_all(self) -> None:
-        """Wait until no job is queued or running (processes gone) and all futures are done."""
         with self._idle:
             while self._queue or self._running:
                 self._idle.wait()
@@ -302,12 +269,8 @@ class DevicePool:
         interrupts.unregister(self)
 
     def terminate(self, grace: float = 1.0) -> None:
-        """Stop everything now: cancel queued jobs, kill running ones and close the pool.
-
-        MATLAB: ``delete(pool)``. Running jobs get SIGTERM, then SIGKILL after ``grace``
-        seconds (Ray tasks are force-cancelled); their futures end cancelled. Called on
-        SIGINT, SIGTERM and interpreter exit; safe inside a signal handler.
-        """
+        """Cancel queued jobs, kill running ones (SIGTERM, SIGKILL after ``grace`` s) and close the
+        pool now (MATLAB: ``delete(pool)``). Safe inside a signal handler."""
         locked = self._lock.acquire(timeout=2.0)
         try:
             self._shutdown = True

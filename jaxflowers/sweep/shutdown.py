@@ -1,9 +1,7 @@
 """Kill every sweep job when the caller stops: Ctrl-C, SIGTERM or interpreter exit.
 
-Workers run in their own sessions (so a terminal's Ctrl-C reaches only the caller), hence
-the caller must kill them itself. Handlers are installed while at least one pool is open
-and chain to whatever handler was there before; the previous ones come back when the last
-pool closes (unless someone replaced ours meanwhile).
+Workers run in their own sessions, so Ctrl-C reaches only the caller, which kills them. The
+handlers live while a pool is open, chain to the previous ones and give them back after.
 """
 from __future__ import annotations
 

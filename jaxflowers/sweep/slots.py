@@ -1,8 +1,6 @@
 """Which GPUs a sweep may use and the environment each job slot runs under.
 
-Counting GPUs must not import JAX: the parent of a sweep spawns workers that each own a
-GPU, and a parent that initialised a GPU backend would hold memory on all of them
-(``jaxflowers.host.gpus`` reads them from ``nvidia-smi`` and ``CUDA_VISIBLE_DEVICES``).
+GPUs are counted without JAX, or the parent would hold memory on every GPU its workers need.
 """
 from __future__ import annotations
 
@@ -24,16 +22,8 @@ class Slot:
 
 def visible_gpus(environ: Mapping[str, str] | None = None,
                  physical: Sequence[tuple[str, str]] | None = None) -> list[str]:
-    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES tokens (indices or UUIDs).
-
-    Args:
-      environ: the environment to read ``CUDA_VISIBLE_DEVICES`` from (default ``os.environ``).
-      physical: (index, UUID) pairs (default: ``gpus.physical_gpus()``).
-
-    Returns:
-      Tokens in CUDA order (see ``gpus.cuda_order``): every physical index when
-      ``CUDA_VISIBLE_DEVICES`` is unset, else its entries up to the first naming no GPU.
-    """
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES tokens in CUDA order (defaults:
+    ``os.environ``, ``gpus.physical_gpus()``)."""
     environ = os.environ if environ is None else environ
     physical = gpus.physical_gpus() if physical is None else list(physical)
     return [token for token, _ in gpus.cuda_order(environ.get("CUDA_VISIBLE_DEVICES"),
@@ -47,19 +37,8 @@ def default_cpu_slots(cpu_count: int | None = None) -> int:
 
 def make_slots(devices: str | int | Sequence[int | str], jobs_per_device: int,
                gpus: Sequence[str], cpu_slots: int | None = None) -> list[Slot]:
-    """The job slots of a pool.
-
-    Args:
-      devices: "all" (every GPU in ``gpus``, or ``cpu_slots`` CPU slots when there is
-        none), an int n (the first n GPUs; n CPU slots without GPUs), or a list of GPU
-        indices/UUIDs.
-      jobs_per_device: jobs packed on each GPU (or run per CPU slot), >= 1.
-      gpus: the visible GPUs (``visible_gpus()``).
-      cpu_slots: CPU slots for "all" without GPUs (default ``default_cpu_slots()``).
-
-    Returns:
-      ``len(devices) * jobs_per_device`` slots, GPU-major so packed jobs share a GPU.
-    """
+    """The ``len(devices) * jobs_per_device`` slots of a pool, GPU-major (``devices`` as in
+    ``DevicePool``; ``gpus``: ``visible_gpus()``; ``cpu_slots``: for "all" without GPUs)."""
     if isinstance(jobs_per_device, bool) or not isinstance(jobs_per_device, int) \
             or jobs_per_device < 1:
         raise ValueError(f"jobs_per_device={jobs_per_device!r} must be a positive integer")
@@ -91,13 +70,8 @@ def _choose_devices(devices, gpus: list[str], cpu_slots: int) -> list[str | None
 
 def slot_environment(slot: Slot, base: Mapping[str, str], *,
                      memory_fraction: float | None = None) -> dict[str, str]:
-    """The environment of a worker running on ``slot``.
-
-    GPU slots see only their GPU (``CUDA_VISIBLE_DEVICES``); packed slots (or an explicit
-    ``memory_fraction``) cap JAX's GPU memory with ``XLA_PYTHON_CLIENT_MEM_FRACTION``
-    (default ``0.9 / jobs_per_device``) and turn preallocation off. CPU slots get
-    ``JAX_PLATFORMS=cpu`` and no GPU. NVLink multicast stays off (``NCCL_NVLS_ENABLE=0``).
-    """
+    """A worker's environment on ``slot``: only its GPU (or ``JAX_PLATFORMS=cpu``), memory capped
+    when packed (default ``0.9 / jobs_per_device``) without preallocation, NVLink multicast off."""
     env = dict(base)
     env["NCCL_NVLS_ENABLE"] = "0"
     if slot.gpu is None:

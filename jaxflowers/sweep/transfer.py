@@ -1,14 +1,8 @@
 """What crosses a sweep's process boundary: job references, and values as JSON plus arrays.
 
-A job function travels as a reference ``"module:qualname"`` that the worker imports.
-Arguments and results travel as JSON with their arrays beside it, as ``.npy`` files
-(arguments, memory-mapped by the worker) or one ``.npz`` (results), always with
-``allow_pickle=False``. Tuples keep their type (a job returning a tuple has several
-outputs, like a MATLAB function). The jaxflowers objects of ``TRAVELLING`` travel as their
-own ``to_dict()`` and come back through ``from_dict``; no other class is ever built from a
-file, so a file cannot make a process import or call anything else. Encoding imports
-nothing new; rebuilding may import JAX (workers for arguments, ``Future.result()`` for
-results).
+A job travels as ``"module:qualname"``, values as JSON with their arrays beside it (``.npy``
+arguments, memory-mapped; an ``.npz`` result), never pickled. Only ``TRAVELLING`` classes are
+built from a file (``from_dict``), so a file cannot make a process import or call anything else.
 """
 from __future__ import annotations
 
@@ -34,20 +28,8 @@ TRAVELLING = {"TrainedNet": "jaxflowers.inference.net", "TrainingInfo": "jaxflow
 # ---------------------------------------------------------------- job references
 
 def job_reference(fn: Callable | str) -> dict:
-    """The importable reference of a job function, checked at submit time.
-
-    Args:
-      fn: a function defined at the top level of a module (or of the running script), or
-        a string ``"module:qualname"``.
-
-    Returns:
-      ``{"ref": "module:qualname", "main_path": str | None}``; ``main_path`` is the script
-      a ``__main__`` function comes from (the worker loads it as ``__mp_main__``).
-
-    Raises:
-      TypeError: for lambdas, nested or local functions, bound methods, partials and
-        functions of an interactive session, which a worker cannot import.
-    """
+    """``{"ref": "module:qualname", "main_path": script or None}`` of a job function; TypeError for
+    lambdas, local functions, bound methods, partials and functions of an interactive session."""
     if isinstance(fn, str):
         module, sep, qualname = fn.partition(":")
         if not (sep and module and qualname):
@@ -80,7 +62,7 @@ def _lookup(obj: Any, qualname: str) -> Any:
 
 
 def resolve_job(ref: str, main_path: str | None = None) -> Callable:
-    """Import the job function named by ``ref`` ("module:qualname") inside a worker."""
+    """Import the job function of ``ref`` ("module:qualname") inside a worker."""
     module_name, _, qualname = ref.partition(":")
     if module_name == "__main__" and main_path:
         spec = importlib.util.spec_from_file_location("__mp_main__", main_path)
@@ -98,18 +80,9 @@ def resolve_job(ref: str, main_path: str | None = None) -> Callable:
 # ---------------------------------------------------------------- values <-> JSON + arrays
 
 def encode_tree(value: Any, arrays: dict[str, np.ndarray], *, what: str) -> Any:
-    """``value`` as JSON-able data; arrays move into ``arrays`` and leave a marker.
-
-    Args:
-      value: None, bool, int, float, str, lists, tuples, str-keyed dicts, numpy or JAX
-        arrays and scalars, objects of ``TRAVELLING`` (an ``ImageFolder`` travels as its
-        images) and the networks of ``jaxflowers.models`` (as their spec), nested.
-      arrays: filled with name -> numpy array for every array found.
-      what: how to name ``value`` in error messages ("argument 'data'").
-
-    Raises:
-      TypeError: naming the path of a value that cannot travel.
-    """
+    """``value`` as JSON-able data, its arrays moved into ``arrays`` (name -> array); TypeError
+    naming the path (``what``) of anything but plain values, lists, tuples, str-keyed dicts,
+    arrays, ``TRAVELLING`` objects and ``jaxflowers.models`` networks (sent as their spec)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, np.generic):
@@ -136,8 +109,7 @@ def encode_tree(value: Any, arrays: dict[str, np.ndarray], *, what: str) -> Any:
 
 
 def _travelling(value) -> str | None:
-    """The ``TRAVELLING`` name of ``value``'s class (itself, not a subclass), or None; a
-    network of ``jaxflowers.models`` travels as its registry spec ("Model")."""
+    """The ``TRAVELLING`` name of ``value``'s exact class, "Model" for a network, or None."""
     cls = type(value)
     if cls.__name__ == "ImageFolder" and cls.__module__ == "jaxflowers.data.folder":
         return "ImageFolder"
@@ -173,8 +145,7 @@ def _encode_array(array: np.ndarray, arrays: dict, what: str) -> dict:
 
 
 def decode_tree(tree: Any, load: Callable[[str], np.ndarray]) -> Any:
-    """Inverse of :func:`encode_tree` up to objects, which stay markers for ``rebuild``;
-    ``load(name)`` gives one array."""
+    """Inverse of ``encode_tree`` (objects stay markers for ``rebuild``); ``load(name)``: array."""
     if isinstance(tree, list):
         return [decode_tree(v, load) for v in tree]
     if not isinstance(tree, dict):
@@ -193,11 +164,7 @@ def decode_tree(tree: Any, load: Callable[[str], np.ndarray]) -> Any:
 
 
 def rebuild(value: Any) -> Any:
-    """``value`` with every object marker built into its object (may import JAX).
-
-    Raises:
-      ValueError: a marker naming a class outside ``TRAVELLING``.
-    """
+    """``value`` with its object markers built (may import JAX); only ``TRAVELLING`` ones."""
     if isinstance(value, (list, tuple)):
         return type(value)(rebuild(v) for v in value)
     if not isinstance(value, dict):
@@ -216,22 +183,21 @@ def rebuild(value: Any) -> Any:
 # ---------------------------------------------------------------- files
 
 def write_arguments(folder: pathlib.Path, args: Any, arrays: dict[str, np.ndarray]) -> None:
-    """Store encoded ``args`` as ``args.json`` and each array as ``<name>.npy`` in ``folder``."""
+    """Store encoded ``args`` as ``args.json`` and each array as ``<name>.npy``."""
     for name, array in arrays.items():
         np.save(folder / f"{name}.npy", array, allow_pickle=False)
     (folder / "args.json").write_text(json.dumps(args))
 
 
 def read_arguments(folder: pathlib.Path) -> Any:
-    """Load what :func:`write_arguments` stored; arrays come back memory-mapped, read-only."""
+    """Load what ``write_arguments`` stored; arrays come back memory-mapped, read-only."""
     tree = json.loads((folder / "args.json").read_text())
     return decode_tree(tree, lambda n: np.load(folder / f"{n}.npy", mmap_mode="r",
                                                allow_pickle=False))
 
 
 def write_result(folder: pathlib.Path, value: Any) -> None:
-    """Store a job's return value as ``result.npz`` + ``result.json`` (each atomic, the
-    JSON last: its presence means the result is whole)."""
+    """Store a job's value as ``result.npz``, then ``result.json`` (atomic; JSON = complete)."""
     arrays: dict[str, np.ndarray] = {}
     tree = encode_tree(value, arrays, what="the job's return value")
     write_atomic(folder / "result.npz", lambda file: np.savez(file, **arrays))
@@ -246,5 +212,4 @@ def read_result_bytes(json_text: str, npz_bytes: bytes) -> Any:
 
 
 def read_result_files(folder: pathlib.Path) -> tuple[str, bytes]:
-    """The raw contents of ``result.json`` and ``result.npz`` in ``folder``."""
     return (folder / "result.json").read_text(), (folder / "result.npz").read_bytes()

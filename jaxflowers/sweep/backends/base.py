@@ -1,9 +1,5 @@
-"""What a ``DevicePool`` and its backends say to each other: the contract of a sweep backend.
-
-The pool owns scheduling (queue, slots, timeouts, cancellation, callbacks); a backend owns
-processes. A new backend implements :class:`Backend` and reports each job through the
-:class:`JobEvents` the pool hands to ``Backend.start``; it never touches the pool itself.
-"""
+"""The contract between a ``DevicePool`` and its backends: a backend implements
+:class:`Backend` and reports each job only through the :class:`JobEvents` of ``start``."""
 from __future__ import annotations
 
 import dataclasses
@@ -30,14 +26,8 @@ class Job:
 
 @dataclasses.dataclass(frozen=True)
 class JobEvents:
-    """Where a backend reports one job; both may be called from any thread.
-
-    Attributes:
-      message: called with each ``report`` message of the job, in order.
-      finished: called once when the job has ended and its processes are gone, as
-        ``finished(value, error)``: the decoded return value and None, or None and a
-        ``JobError`` (raised, crashed, killed, lost).
-    """
+    """Where a backend reports one job, from any thread: ``message(dict)`` per ``report``, in
+    order; then once, its processes gone, ``finished(value, None)`` or ``(None, JobError)``."""
 
     message: Callable[[dict], None]
     finished: Callable[[Any, BaseException | None], None]

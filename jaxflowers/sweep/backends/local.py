@@ -1,8 +1,5 @@
-"""The local backend: one worker subprocess per job on this machine.
-
-Per job: a folder in a private scratch directory (arguments in, result out), a log file,
-a pipe for progress and two threads, one reading progress and one waiting for the exit.
-"""
+"""The local backend: one worker subprocess per job, with a scratch folder, a log file, a
+progress pipe and two threads (one reads the progress, one waits for the exit)."""
 from __future__ import annotations
 
 import os
@@ -29,25 +26,20 @@ class LocalBackend:
         self._memory_fraction = memory_fraction
 
     def gpus(self) -> list[str]:
-        """The visible GPUs (``devices.visible_gpus``), counted without JAX."""
         return devices.visible_gpus()
 
     def cpu_slots(self) -> int:
-        """CPU job slots without a GPU (``devices.default_cpu_slots``)."""
         return devices.default_cpu_slots()
 
     def prepare(self, reference: dict, arguments, arrays: dict) -> pathlib.Path:
-        """Write a job's folder at submit time; returns it."""
         folder = pathlib.Path(tempfile.mkdtemp(prefix="job-", dir=self._scratch))
         write_spec(folder, reference, arguments, arrays)
         return folder
 
     def discard(self, staged: pathlib.Path) -> None:
-        """Remove a job folder that will never run."""
         shutil.rmtree(staged, ignore_errors=True)
 
     def start(self, job: Job, slot: devices.Slot, events: JobEvents) -> None:
-        """Spawn ``job``'s worker on ``slot``; report its messages and end to ``events``."""
         env = devices.slot_environment(slot, os.environ, memory_fraction=self._memory_fraction)
         log_path = self.log_dir / f"job-{job.index:04d}.log"
         job.handle = WorkerProcess(job.staged, env, log_path)
@@ -58,11 +50,10 @@ class LocalBackend:
                          name=f"sweep-job-{job.index}-exit").start()
 
     def kill(self, job) -> None:
-        """Stop a running job: SIGTERM its process group, SIGKILL after a second."""
+        """SIGTERM the job's process group, SIGKILL a second later."""
         job.handle.terminate(grace=1.0)
 
     def kill_all(self, jobs, grace: float) -> None:
-        """Stop ``jobs`` and wait up to ``grace`` seconds before SIGKILL (used at exit)."""
         handles = [job.handle for job in jobs if job.handle is not None]
         for handle in handles:
             handle.terminate(grace=grace)

@@ -1,8 +1,5 @@
-"""One worker process: start it, read its progress pipe, stop it, and read what it left.
-
-Shared by the local backend (one per job on this machine) and the Ray backend (one per Ray
-task, so both backends report crashes, exit codes and log tails the same way).
-"""
+"""One worker process: start it, read its progress, stop it, read what it left. Shared by
+both backends, so both report crashes, exit codes and log tails alike."""
 from __future__ import annotations
 
 import json
@@ -25,8 +22,7 @@ _log = logging.getLogger(__name__)
 
 def write_spec(folder: pathlib.Path, reference: dict, arguments: Any, arrays: dict,
                sys_path: list[str] | None = None) -> None:
-    """Store a job (reference, JSON arguments, arrays, the caller's ``sys.path``, which
-    defaults to this process's) in ``folder`` for a worker."""
+    """Store a job (reference, arguments, arrays, the caller's ``sys.path``) in ``folder``."""
     transfer.write_arguments(folder, arguments, arrays)
     sys_path = sys.path if sys_path is None else sys_path
     spec = {**reference, "sys_path": [p for p in sys_path if isinstance(p, str)]}
@@ -34,13 +30,8 @@ def write_spec(folder: pathlib.Path, reference: dict, arguments: Any, arrays: di
 
 
 class WorkerProcess:
-    """``python -m jaxflowers.sweep.worker FOLDER`` in its own session.
-
-    Args:
-      folder: the job folder (``write_spec``); results and errors appear there.
-      env: the worker's environment (``devices.slot_environment``).
-      log_path: file receiving the job's stdout and stderr.
-    """
+    """The worker of the job in ``folder`` (``write_spec``), in its own session, output to
+    ``log_path``."""
 
     def __init__(self, folder: pathlib.Path, env: Mapping[str, str], log_path: pathlib.Path):
         self.folder, self.log_path = folder, log_path
@@ -71,8 +62,7 @@ class WorkerProcess:
                     _log.warning("dropped a malformed progress line: %r", line[:200])
 
     def wait(self) -> int:
-        """Wait for the worker to exit, kill what it left in its group, reap; returns its
-        exit status (negative: the signal that killed it)."""
+        """Wait for the exit, kill the rest of its group, reap; the exit status (< 0: a signal)."""
         if hasattr(os, "waitid"):  # wait without reaping, so the group id stays ours
             try:
                 os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
@@ -105,7 +95,6 @@ class WorkerProcess:
         timer.start()
 
     def kill(self) -> None:
-        """SIGKILL the worker's process group now."""
         self._signal_group(signal.SIGKILL)
 
     def _signal_group(self, signum: int) -> None:
@@ -121,13 +110,8 @@ class WorkerProcess:
 
 
 def outcome(folder: pathlib.Path, returncode: int, log_path: pathlib.Path) -> dict:
-    """What a finished worker left, as JSON-able data (bytes for the arrays).
-
-    Returns:
-      ``{"status": "result", "json": str, "npz": bytes}`` after a clean exit with a result,
-      else ``{"status": "error", "reason": str, "exit_code", "signal_name", "log_tail",
-      "error_type"}``.
-    """
+    """What a finished worker left: ``{"status": "result", "json", "npz"}`` or
+    ``{"status": "error", "reason", "exit_code", "signal_name", "log_tail", "error_type"}``."""
     if returncode == 0 and (folder / "result.json").exists():
         json_text, npz = transfer.read_result_files(folder)
         return {"status": "result", "json": json_text, "npz": npz}

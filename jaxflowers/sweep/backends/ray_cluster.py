@@ -1,19 +1,10 @@
 """The Ray backend: ``DevicePool(backend="ray")`` runs each job as a Ray task.
 
-Each job is one streaming-generator task (``num_returns="streaming"``, ``max_retries=0``,
-``num_gpus=1/jobs_per_device`` on GPU clusters) that yields ``("message", dict)`` for every
-``report`` and finally ``("done", outcome)``. Inside the task the job runs in the same
-worker subprocess as the local backend, so a segfault or an out-of-memory kill still comes
-back as an exit code or signal name with the log tail instead of a bare "worker died".
-Cancelling is ``ray.cancel`` (the task then kills the job's process group), then
-``ray.cancel(force=True)`` a second later if needed (the worker exits when its parent, the
-Ray worker, dies; processes the job itself started may then survive unless the cluster
-runs with ``RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper=true``).
-Payloads are JSON-able data and npz bytes; the job function travels as a
-"module:qualname" string (Ray's own transport of those plain values is its business).
-Ray must be able to import ``jaxflowers`` and the job's module on its nodes: install them
-there; from a checkout, the package's folder is put in front of each node's own
-PYTHONPATH (Ray expands ``${PYTHONPATH}`` to the node's value).
+A job is one streaming task (``max_retries=0``) running the local backend's worker subprocess,
+so a crash comes back as an exit code or signal with the log tail. Cancelling is
+``ray.cancel``, then ``force=True``, which may leave the job's own children running unless the
+cluster sets ``RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper=true``. The nodes
+must be able to import ``jaxflowers`` and the job's module.
 """
 from __future__ import annotations
 
@@ -47,11 +38,7 @@ def _import_ray():
 
 
 def join(ray, address: str | None) -> str:
-    """Initialise Ray (unless this process has already) and say where, in one line.
-
-    ``address`` (or ``$RAY_ADDRESS``) names a cluster to join ("auto": the one started on
-    this machine with ``ray start``); with neither, a local Ray is started for this process.
-    """
+    """Initialise Ray (unless done) at ``address``, ``$RAY_ADDRESS`` or locally; says where."""
     if ray.is_initialized():
         how = "Ray: using the cluster this process had joined"
     elif address or os.environ.get("RAY_ADDRESS"):
@@ -77,12 +64,7 @@ def join(ray, address: str | None) -> str:
 
 
 class RayBackend:
-    """Runs a ``DevicePool``'s jobs as Ray tasks (see ``DevicePool(backend="ray")``).
-
-    Joins the cluster at ``address`` (see :func:`join`) unless Ray is already initialised,
-    and prints one line saying which; it never shuts Ray down, as other code of the caller
-    may use it.
-    """
+    """Runs a ``DevicePool``'s jobs as Ray tasks; joins a cluster, never shuts Ray down."""
 
     name = "ray"
 
@@ -102,12 +84,11 @@ class RayBackend:
                                 runtime_env={"env_vars": {"PYTHONPATH": path}})(_run_job)
 
     def gpus(self) -> list[str]:
-        """One entry per GPU of the cluster (Ray, not the pool, decides which GPU runs what)."""
+        """One entry per GPU of the cluster (Ray decides which GPU runs what)."""
         return [str(i) for i in range(int(self._ray.cluster_resources().get("GPU", 0)))]
 
     def cpu_slots(self) -> int:
-        """CPU job slots of a cluster without GPUs: each live node's share by the local rule
-        (``devices.default_cpu_slots``: one per 8 cores), at least one per node."""
+        """One CPU slot per 8 cores of each live node, at least one per node."""
         return sum(max(1, int(node["Resources"].get("CPU", 0)) // 8)
                    for node in self._ray.nodes() if node.get("Alive"))
 
@@ -123,7 +104,6 @@ class RayBackend:
         """Nothing to clean: a staged Ray job is only bytes."""
 
     def start(self, job: Job, slot: devices.Slot, events: JobEvents) -> None:
-        """Submit ``job``'s task; a thread forwards its messages and its end to ``events``."""
         gpu = slot.gpu is not None
         share = 1.0 / slot.jobs_per_device
         resources = {"num_gpus": share, "num_cpus": 0} if gpu else {"num_cpus": share}
@@ -134,16 +114,13 @@ class RayBackend:
                          name=f"sweep-job-{job.index}-ray").start()
 
     def kill(self, job, grace: float = 1.0) -> None:
-        """Cancel the job's task, like SIGTERM then SIGKILL: ``ray.cancel`` interrupts it
-        (its cleanup kills the job's whole process group), and ``ray.cancel(force=True)``
-        kills the Ray worker after ``grace`` seconds if the task is still there."""
+        """``ray.cancel`` the task (it kills the job's group), ``force=True`` after ``grace`` s."""
         self._cancel(job, force=False)
         timer = threading.Timer(grace, self._force, (job,))
         timer.daemon = True
         timer.start()
 
     def kill_all(self, jobs, grace: float) -> None:
-        """Cancel every task in ``jobs``, waiting up to ``grace`` s before forcing it."""
         jobs = [job for job in jobs if job.handle is not None]
         for job in jobs:
             self._cancel(job, force=False)
@@ -185,8 +162,7 @@ class RayBackend:
 
 
 def _run_job(spec_json: str, npz: bytes, settings: dict):
-    """The Ray task: run one job in a worker subprocess on this node and stream its
-    messages, then ``("done", outcome)`` (see ``process.outcome``)."""
+    """The Ray task: run one job in a worker subprocess, yield its messages, then its outcome."""
     spec = json.loads(spec_json)
     folder = pathlib.Path(tempfile.mkdtemp(prefix="jaxflowers-ray-job-"))
     worker = None
@@ -205,8 +181,7 @@ def _run_job(spec_json: str, npz: bytes, settings: dict):
 
 
 def _messages(worker: WorkerProcess):
-    """The worker's messages, read by a thread and polled here in short waits so that
-    ``ray.cancel`` (a KeyboardInterrupt in this thread) is never stuck in a pipe read."""
+    """The worker's messages, polled in short waits so ``ray.cancel`` never hangs in a read."""
     inbox: queue.SimpleQueue = queue.SimpleQueue()
 
     def read():
@@ -232,8 +207,7 @@ def _task_environment(settings: dict) -> dict:
 
 
 def _log_path(folder: pathlib.Path, settings: dict) -> pathlib.Path:
-    """The caller's log_dir when this node can write there (same machine or shared
-    storage), else the task's own folder (the log tail still travels back on failure)."""
+    """The caller's log_dir when this node can write there, else the task's own folder."""
     name = f"job-{settings['job_index']:04d}.log"
     try:
         log_dir = pathlib.Path(settings["log_dir"])

@@ -1,11 +1,8 @@
-"""The sweep's worker process: ``python -m jaxflowers.sweep.worker FOLDER``.
+"""The sweep's worker process: ``python -m jaxflowers.sweep.backends.worker FOLDER``.
 
-FOLDER holds ``spec.json`` (job reference, job index, the caller's ``sys.path``) and the
-arguments (``args.json`` + ``.npy`` files). The worker runs the job and leaves
-``result.json``/``result.npz`` (exit 0) or ``error.json`` (exit 1) there. Progress goes to
-the pipe named by ``$JAXFLOWERS_SWEEP_REPORT_FD``; the job's prints go to stdout/stderr,
-which the pool points at the job's log file. The worker exits as soon as its parent dies:
-the parent holds the other end of stdin, so EOF there means nobody is waiting any more.
+It runs the job in FOLDER (``spec.json``, arguments) and leaves ``result.json``/``.npz`` (exit
+0) or ``error.json`` (exit 1) there; progress goes to ``$JAXFLOWERS_SWEEP_REPORT_FD``, prints
+to the job's log. It dies with its parent: EOF on stdin, whose other end the parent holds.
 """
 from __future__ import annotations
 
@@ -19,11 +16,9 @@ import traceback
 
 
 def _watch_parent() -> None:
-    """Kill this worker's process group (the job and anything it started) on stdin EOF.
-
-    PR_SET_PDEATHSIG is not used: it fires when the *thread* that spawned us ends, and the
-    pool spawns from short-lived threads.
-    """
+    """Kill this worker's process group (the job and its children) on EOF on stdin."""
+    # not PR_SET_PDEATHSIG: it fires when the spawning *thread* ends, and the pool spawns from
+    # short-lived threads
     try:  # raw reads: a daemon thread inside a buffered reader aborts interpreter exit
         while os.read(0, 4096):
             pass
@@ -56,7 +51,6 @@ def run(folder: pathlib.Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m jaxflowers.sweep.worker FOLDER``."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m jaxflowers.sweep.worker FOLDER", file=sys.stderr)

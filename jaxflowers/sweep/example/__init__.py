@@ -1,5 +1,4 @@
-"""MATLAB's parfeval example end to end (``run_sweep``), and its parts for the notebook:
-the data plan the jobs share and the job."""
+"""MATLAB's parfeval example (``run_sweep``) and, for the notebook, its data plan and job."""
 from jaxflowers.sweep.example.data import example_plan
 from jaxflowers.sweep.example.run import SweepResult, depth_job, run_sweep
 

@@ -1,7 +1,5 @@
-"""The parfeval example's data: one plan (``recipes.data_plan``) that every job and the
-caller load alike. CIFAR-10 (or a folder holding ``train/`` and ``test/``) keeps its test
-split and holds 10 % of each training class out for validation; the digits or a plain
-folder are split 80 / 10 / 10. Images are 32 x 32. Imports no JAX."""
+"""The parfeval example's data: one plan of 32 x 32 images (``recipes.data_plan``) that every
+job and the caller load alike. Imports no JAX."""
 from __future__ import annotations
 
 import os
@@ -14,11 +12,8 @@ VALIDATION = 0.1  # train/ and test/: the training classes' share that validates
 
 
 def example_plan(data: str, *, seed: int = 0) -> dict:
-    """The plan of the example's three sets from ``data`` ("digits", "cifar10", a folder).
-
-    Raises:
-      DataUnavailableError: ``data`` names nothing known.
-    """
+    """The plan of the example's three sets from ``data`` ("digits", "cifar10", a folder);
+    DataUnavailableError when ``data`` names nothing known."""
     known = data in ("digits", "cifar10") or str(data).startswith("tfds:")
     if not known and not os.path.isdir(data):
         raise recipes.DataUnavailableError(f"data {data!r} is neither 'cifar10', 'digits' nor "

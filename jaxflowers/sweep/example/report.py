@@ -1,9 +1,5 @@
-"""What the parfeval example shows and keeps: the live table, the summary, and its files.
-
-The summary is printed and ``sweep_results.json`` (plus one ``metrics-job<i>.csv`` per
-finished job) written before any figure is drawn, so a figure that cannot be saved costs
-only itself (a warning), never the sweep's results. Nothing here imports JAX.
-"""
+"""What the parfeval example prints and keeps: the live table, the summary and its files,
+written before any figure (a figure that cannot be saved costs only itself)."""
 from __future__ import annotations
 
 import dataclasses
@@ -39,13 +35,8 @@ class JobOutcome:
 
 
 class ProgressTable:
-    """An ``after_each`` callback printing one row per job and validation (once an epoch).
-
-    Columns: job, depth, epoch, iteration, mini-batch accuracy and validation accuracy (%);
-    a job's first step and its end get a line with the sweep's clock, so start-up,
-    compile and training can be told apart; a failed or cancelled job gets one line saying
-    so. ``began``/``ended`` hold those times (seconds since ``start``) by job index.
-    """
+    """An ``after_each`` callback printing a row per validation and a line per job start and end;
+    ``began``/``ended`` hold those times (s since ``start``) by job index."""
 
     def __init__(self, depths: Sequence[int], stream: TextIO, start: float | None = None):
         self.depths, self.stream = tuple(depths), stream
@@ -54,7 +45,6 @@ class ProgressTable:
         self.ended: dict[int, float] = {}
 
     def header(self) -> None:
-        """Print the column names."""
         self._print(_ROW.format("Job", "Depth", "Epoch", "Iteration", "Mini-batch", "Validation"))
 
     def __call__(self, job_index: int, message: Mapping) -> None:
@@ -82,10 +72,9 @@ def _percent(value) -> str:
 
 def print_outcomes(outcomes: Sequence[JobOutcome], table: ProgressTable,
                    stream: TextIO) -> int | None:
-    """Print each job's final validation accuracy (or why it has none) and timings; returns
-    the position of the best job (ties: the first, as MATLAB's ``max``), or None."""
+    """Print each job's final validation accuracy and timings; the best job's position or None."""
     print("Final validation accuracy:", file=stream)
-    for i, job in enumerate(outcomes):
+    for i, job in enumerate(outcomes):  # noqa: B007
         accuracy = job.accuracy
         result = f"{accuracy:.2f}%" if accuracy is not None else (job.error or "no validation")
         if job.info is not None:
@@ -100,28 +89,26 @@ def print_outcomes(outcomes: Sequence[JobOutcome], table: ProgressTable,
     if not usable:
         print("No job finished with a validation accuracy; nothing to test.", file=stream)
         return None
-    best = max(usable, key=lambda i: outcomes[i].accuracy)
+    best = max(usable, key=lambda i: outcomes[i].accuracy)  # ties: the first, as MATLAB's max
     print(f"Best network: depth {outcomes[best].depth} (job {outcomes[best].index}, "
           f"{outcomes[best].accuracy:.2f}%)", file=stream, flush=True)
     return best
 
 
 def write_metrics(outcomes: Sequence[JobOutcome], out: pathlib.Path) -> dict[int, str]:
-    """Write ``metrics-job<i>.csv`` (``TrainingInfo.to_csv``) for every job that returned
-    its history; returns job index -> file name. A file that cannot be written is a
-    warning."""
+    """Write ``metrics-job<i>.csv`` of each job with a history; job index -> file name."""
     written = {}
     for job in outcomes:
         if job.info is None or not hasattr(job.info, "to_csv"):
             continue
         name = f"metrics-job{job.index}.csv"
-        if _attempt(lambda: job.info.to_csv(out / name), out / name):
+        if _attempt(lambda: job.info.to_csv(out / name), out / name):  # noqa: B023 (called now)
             written[job.index] = name
     return written
 
 
 def write_results(path: pathlib.Path, summary: Mapping) -> bool:
-    """Write ``summary`` as JSON to ``path`` atomically (the whole file or the old one)."""
+    """Write ``summary`` as JSON to ``path`` atomically; whether it was written."""
     return _attempt(lambda: write_json_atomic(path, summary), path)
 
 
@@ -147,7 +134,6 @@ def save_figure(save, path: pathlib.Path) -> bool:
 
 
 def _attempt(write, path: pathlib.Path) -> bool:
-    """Run ``write``; a failure is one warning line on stderr naming ``path``."""
     try:
         write()
     except Exception as error:  # noqa: BLE001 (an output lost costs only itself)

@@ -1,14 +1,7 @@
 """MATLAB's "Use parfeval to Train Multiple Deep Learning Networks", end to end.
 
-``run_sweep`` trains ``cifar_net(depth)`` for several depths side by side on a
-``DevicePool`` (``parfeval``), prints a live table and feeds the sweep grid from the
-pool's progress messages (``afterEach``), fetches the networks (``fetchOutputs``), picks
-the one with the best final validation accuracy, evaluates it on the test set, prints and
-saves the results, then the confusion chart and the progress grid as PNGs.
-
-The data travel to the jobs as a plan (``recipes.data_plan``). Nothing here imports JAX before
-the jobs are submitted: a caller that initialised a GPU backend first would hold memory
-on the GPUs its workers need.
+Nothing here imports JAX before the jobs are submitted: a caller that started a GPU backend
+would hold memory on the GPUs its workers need.
 """
 from __future__ import annotations
 
@@ -52,24 +45,18 @@ class SweepResult:
 
 def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
               options_overrides: Mapping | None = None):
-    """One job of the sweep: ``cifar_net(depth)`` with the example's options (in a worker).
-
-    MATLAB: the ``trainNetwork`` call each ``parfeval`` of the example runs.
+    """One job: ``cifar_net(depth)`` with the example's options (MATLAB: ``trainNetwork``).
 
     Args:
       data: an ``example_plan``; the worker loads and splits the data itself.
       depth: convolutions per block of ``cifar_net``.
-      max_epochs: training epochs (the example: 30).
+      max_epochs: training epochs.
       seed: initialisation, shuffling and augmentation.
-      options_overrides: ``TrainingOptions`` fields replacing the "sweep" recipe's,
-        as ``train_job`` takes them (``augmentation`` may be a dict); a new
-        ``mini_batch_size`` keeps validation at once per epoch.
+      options_overrides: ``TrainingOptions`` fields replacing the "sweep" recipe's.
 
     Returns:
-      ``(net, info, test_codes)``: ``net`` and ``info`` from ``train_job``, whose progress
-      messages reach ``after_each``, and the predicted class index (int32) of every test
-      image. The job predicts its test set itself, on the GPU it already holds, so the
-      caller never starts JAX on the GPUs to test the best network.
+      ``(net, info, test_codes)``: ``train_job``'s output and the predicted class (int32) of
+      each test image (None for a diverged run).
     """
     import numpy as np
 
@@ -87,6 +74,7 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
                           options={**fields, **overrides}, seed=seed)
     if info.diverged:  # never chosen as the best: nothing to test
         return net, info, None
+    # tested here, on the GPU the job holds: the caller never starts JAX on the GPUs
     test_codes = np.argmax(predict(net, test_set), axis=1).astype(np.int32)
     print(f"Predicted the {len(test_set)} test images", flush=True)
     return net, info, test_codes
@@ -100,32 +88,25 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
               options_overrides: Mapping | None = None) -> SweepResult:
     """Train ``cifar_net`` of each depth side by side, pick the best, test it, plot it.
 
-    MATLAB: "Use parfeval to Train Multiple Deep Learning Networks" (``parfeval`` per
-    depth, ``afterEach`` plots, ``fetchOutputs``, best by ``FinalValidationAccuracy``,
-    ``classify`` on the test set, ``confusionchart`` with row and column summaries).
+    MATLAB: "Use parfeval to Train Multiple Deep Learning Networks" (through ``confusionchart``).
 
     Args:
       depths: one job per depth (ints >= 1).
-      data: "digits" (embedded, offline; the default), "cifar10" or a folder (see
-        ``example_plan``).
+      data: "digits" (embedded, offline), "cifar10" or a folder (see ``example_plan``).
       epochs: training epochs per job.
-      devices, jobs_per_device: the ``DevicePool``'s slots (GPUs, or CPU slots).
-      out_dir: where ``sweep_results.json``, ``metrics-job<i>.csv``, ``confusion_best.png``,
-        ``sweep_progress.png`` and ``sweep-logs/`` go.
+      devices, jobs_per_device: the ``DevicePool``'s slots.
+      out_dir: folder of ``sweep_results.json``, the metrics CSVs, the PNGs and ``sweep-logs/``.
       seed: data splits, initialisation, shuffling and augmentation.
       stream: where the table and results are printed (default ``sys.stdout``).
-      options_overrides: ``TrainingOptions`` (or ``ExecutionOptions``) fields to change in
-        every job, e.g. ``{"steps_per_dispatch": 1}``; checked here before any job starts.
+      options_overrides: ``TrainingOptions`` (or ``ExecutionOptions``) fields for every job.
 
     Returns:
-      A :class:`SweepResult`. Failed, diverged or cancelled jobs are reported and never
-      chosen. Ctrl-C or SIGTERM cancels the jobs still running, and what finished is
-      still reported and saved (``interrupted`` names the signal).
+      A :class:`SweepResult`; failed jobs are never chosen, and after Ctrl-C or SIGTERM what
+      finished is still reported and saved (``interrupted``).
 
-    Raises:
-      DataUnavailableError: before any job starts, when ``data`` cannot be loaded (a
-        folder with an undecodable image, too).
-      ValueError: no depth, a depth or ``epochs`` below 1, or a bad option (named).
+    Raises (before any job starts):
+      DataUnavailableError: ``data`` cannot be loaded.
+      ValueError: no depth, a depth or ``epochs`` below 1, or a bad option.
       OSError: ``out_dir`` cannot be created.
     """
     start, stream = time.perf_counter(), stream or sys.stdout
@@ -166,7 +147,6 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
 
 
 def _output_folder(out_dir) -> pathlib.Path:
-    """``out_dir``, created; OSError naming it when that fails (before any job starts)."""
     out = pathlib.Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -202,8 +182,7 @@ def _watch(pool: DevicePool, depths: tuple[int, ...], stream: TextIO,
 
 
 def _wait(futures, pool: DevicePool, stream: TextIO) -> str | None:
-    """Wait for every job; on SIGINT or SIGTERM cancel those still queued or running.
-    Returns the signal that interrupted the sweep ("SIGINT", "SIGTERM") or None."""
+    """Wait for every job; on SIGINT or SIGTERM cancel the rest and return "SIGINT"/"SIGTERM"."""
     try:
         concurrent.futures.wait(futures)
         return None
@@ -215,10 +194,7 @@ def _wait(futures, pool: DevicePool, stream: TextIO) -> str | None:
 
 
 def _fetch(futures, depths) -> tuple[list, list[JobOutcome]]:
-    """Every job's output or None, and how each job ended (a diverged run has failed).
-
-    Like ``fetch_outputs``, but a failed job costs only its own output.
-    """
+    """Each job's output (None if it failed) and how it ended; a diverged run has failed."""
     concurrent.futures.wait(futures)
     outputs, outcomes = [], []
     for index, (future, depth) in enumerate(zip(futures, depths)):
@@ -234,9 +210,7 @@ def _fetch(futures, depths) -> tuple[list, list[JobOutcome]]:
 
 
 def _evaluate(net, test_codes, plan, depth: int, stream: TextIO) -> tuple[dict, Any]:
-    """Score the classes the best job predicted (``test_codes``) for the plan's test set;
-    prints the test accuracy. Returns (facts for the JSON summary, a function saving the
-    confusion chart to a path)."""
+    """Print the best job's test accuracy; (facts for the summary, a confusion-chart saver)."""
     from jaxflowers.inference.labels import Labels, accuracy
 
     test_set = recipes.load_plan(plan)[2]
@@ -260,8 +234,7 @@ def _evaluate(net, test_codes, plan, depth: int, stream: TextIO) -> tuple[dict, 
 
 
 def _save_figures(plot, test, out: pathlib.Path, stream: TextIO):
-    """Save the progress grid and the best network's confusion chart (a failure is a
-    warning); returns the paths written (None for each that failed)."""
+    """Save the progress grid and the confusion chart; the paths written (None: failed)."""
     saved = [out / "sweep_progress.png"]
     if not results.save_figure(lambda path: plot.save(path, dpi=100), saved[0]):
         saved[0] = None
