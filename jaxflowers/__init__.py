@@ -11,7 +11,8 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     submodules=["bench", "data", "distributed", "models", "monitor", "plots", "recipes",
                 "schedules", "sweep"],
     submod_attrs={
-        "options": ["ExecutionOptions", "TrainingOptions", "scale_for_devices"],
+        "options": ["ExecutionOptions", "TrainingOptions"],
+        "parallel": ["scale_for_devices"],
         "training": ["StopReason", "TrainingInfo", "train"],
         "inference": ["Labels", "TrainedNet", "accuracy", "classify", "confusion_matrix",
                       "load", "predict", "scores_to_labels"],

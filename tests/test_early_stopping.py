@@ -96,7 +96,8 @@ def test_a_resumed_run_keeps_its_best_network_and_patience(stopped, data):
     train, val = data
     assert info.output_network_iteration < 12 < info.iteration[-1]
     resumed_net, resumed = jf.train(train, jf.models.cifar_net(1),
-                                    _options(val, checkpoint_path=str(path)), resume=path / "iteration_12")
+                                    _options(val, checkpoint_path=str(path)),
+                                    resume=path / "iteration_12")
     assert resumed.stop_reason == info.stop_reason
     assert resumed.output_network_iteration == info.output_network_iteration < 12
     np.testing.assert_array_equal(resumed.validation_loss, info.validation_loss)

@@ -62,3 +62,31 @@ def test_data_knows_nothing_of_devices_or_training():
     for name, targets in graph.items():
         if name.startswith("jaxflowers.data"):
             assert not [t for t in targets if t.startswith(banned)], (name, targets)
+
+
+def _layers() -> dict[str, int]:
+    """Package -> rank (0 lowest) from ARCHITECTURE.md's table of layers, highest first."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    table = text[text.index("| layer | packages |"):].split("\n\n")[0].splitlines()[2:]
+    rows = [[name.strip().replace("\\_", "_") for name in row.split("|")[2].split(",")]
+            for row in table]
+    return {name: len(rows) - 1 - i for i, names in enumerate(rows) for name in names}
+
+
+def _top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_imports_go_down_the_layers_architecture_md_names():
+    """Every import (inside functions too) goes to the importer's own layer or a lower
+    one, as ARCHITECTURE.md's table says; and the table names every package."""
+    layers = _layers()
+    graph = _graph()
+    packages = {_top(name) for name in graph} - {"__init__"}
+    assert packages <= set(layers), f"ARCHITECTURE.md does not place {packages - set(layers)}"
+    # The package root only names its public attributes (lazily): it belongs to no layer.
+    upward = sorted((name, target) for name, targets in graph.items() for target in targets
+                    if "__init__" not in (_top(name), _top(target))
+                    and _top(target) != _top(name) and layers[_top(target)] > layers[_top(name)])
+    assert not upward, "imports up the layers: " + ", ".join(f"{a} -> {b}" for a, b in upward)

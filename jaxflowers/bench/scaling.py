@@ -27,7 +27,7 @@ from jaxflowers.bench.report import draw, fold_peer, save, table_lines
 from jaxflowers.data.augment import Augmentation
 from jaxflowers.data.imageset import ImageSet
 from jaxflowers.options.execution import PRECISIONS, STRATEGIES, ExecutionOptions
-from jaxflowers.options.training import TrainingOptions, scale_for_devices
+from jaxflowers.options.training import TrainingOptions
 from jaxflowers.plots import speedup_table
 
 SCALINGS = ("weak", "strong")
@@ -170,13 +170,13 @@ def measure(data, model, options: TrainingOptions, *, window_steps: int, windows
 
 def config_options(spec: BenchModel, settings: BenchSettings, *, strategy: str,
                    scaling: str, devices: int, largest: int) -> TrainingOptions:
-    """Options for one configuration; weak scaling via ``scale_for_devices``."""
+    """Options for one configuration; weak scaling via ``TrainingOptions.scaled``."""
     per_device = settings.per_device_batch or spec.per_device_batch
     base = TrainingOptions(solver=settings.solver, mini_batch_size=per_device,
                            shuffle="every-epoch", augmentation=spec.augmentation,
                            seed=settings.seed, verbose=False)
     if scaling == "weak":  # batch x N and learning rate x N, MATLAB's multi-GPU rule
-        return scale_for_devices(base, devices, verbose=False)
+        return base.scaled(devices)
     return base.replace(mini_batch_size=settings.global_batch or per_device * largest)
 
 

@@ -1,6 +1,6 @@
 """What a run learns (``TrainingOptions``, MATLAB's ``trainingOptions``) and how it runs on
 the hardware (``ExecutionOptions``). Imports no JAX."""
 from jaxflowers.options.execution import ExecutionOptions, Resolved
-from jaxflowers.options.training import TrainingOptions, scale_for_devices
+from jaxflowers.options.training import TrainingOptions
 
-__all__ = ["ExecutionOptions", "Resolved", "TrainingOptions", "scale_for_devices"]
+__all__ = ["ExecutionOptions", "Resolved", "TrainingOptions"]

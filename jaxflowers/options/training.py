@@ -1,4 +1,4 @@
-"""Training options (MATLAB's ``trainingOptions``) and the multi-GPU scaling rule."""
+"""Training options (MATLAB's ``trainingOptions``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -158,6 +158,14 @@ class TrainingOptions:
         """A copy with ``changes`` applied (and validated)."""
         return dataclasses.replace(self, **changes)
 
+    def scaled(self, num_devices: int) -> "TrainingOptions":
+        """The multi-GPU rule (Goyal et al. 2017): batch and learning rate x ``num_devices``,
+        reading ``mini_batch_size`` as the per-device batch."""
+        if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
+            raise ValueError(f"num_devices={num_devices!r} must be a positive integer")
+        return self.replace(mini_batch_size=self.mini_batch_size * num_devices,
+                            initial_learn_rate=self.learn_rate * num_devices)
+
     def to_dict(self) -> dict:
         """The fields as JSON-able data (``validation_data`` as it is); ``from_dict`` inverts it.
 
@@ -198,34 +206,6 @@ def recipe_fields() -> tuple[str, ...]:
     """The fields a resumed run must share with its checkpoint (all but the ``_run_only`` ones)."""
     return tuple(f.name for f in dataclasses.fields(TrainingOptions)
                  if f.metadata.get("recipe", True))
-
-
-def scale_for_devices(options: TrainingOptions, num_devices: int | None = None, *,
-                      verbose: bool | None = None) -> TrainingOptions:
-    """The MATLAB multi-GPU example's rule: batch x N, learning rate x N (Goyal et al. 2017).
-
-    Args:
-      options: options whose ``mini_batch_size`` is the per-device batch.
-      num_devices: N; None counts every device ``options.execution_environment`` selects.
-      verbose: print what changed (default: ``options.verbose``).
-
-    Returns:
-      New ``TrainingOptions`` with the global batch and the scaled learning rate.
-    """
-    if num_devices is None:
-        from jaxflowers.parallel.data_parallel import (
-            select_devices,  # imports JAX only when asked to count
-        )
-        num_devices = len(select_devices(options.execution_environment))
-    if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
-        raise ValueError(f"num_devices={num_devices!r} must be a positive integer")
-    scaled = options.replace(mini_batch_size=options.mini_batch_size * num_devices,
-                             initial_learn_rate=options.learn_rate * num_devices)
-    if options.verbose if verbose is None else verbose:
-        print(f"scale_for_devices: {num_devices} device(s): mini_batch_size "
-              f"{options.mini_batch_size} -> {scaled.mini_batch_size}, initial_learn_rate "
-              f"{options.learn_rate:g} -> {scaled.learn_rate:g}")
-    return scaled
 
 
 def _check_positive_or_inf(owner, name: str, *, integer: bool) -> None:

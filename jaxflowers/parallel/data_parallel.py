@@ -143,8 +143,10 @@ class DataParallel:
 
         return jax.tree.map(one, tree)
 
-    def put_process_local(self, tree, spec: P = sharded(0)):
-        """Place arrays of which each process passes its consecutive 1/P of ``spec``'s axis."""
+    def put_process_local(self, tree, spec: P | None = None):
+        """Place arrays of which each process passes its consecutive 1/P of ``spec``'s axis
+        (default: the first)."""
+        spec = sharded(0) if spec is None else spec
         if not self.multiprocess:
             return self.put(tree, spec)
         sharding, axis = NamedSharding(self.mesh, spec), _shard_axis(spec)

@@ -74,7 +74,7 @@ def _epoch_spans(info, facts: RunFacts) -> list[tuple[float, float, int]]:
 def _draw_epochs(acc, loss, spans) -> None:
     """Shade every other epoch; number the epochs on the accuracy panel's top axis."""
     for ax in (acc, loss):
-        for first, last, epoch in spans[1::2]:
+        for first, last, _ in spans[1::2]:
             ax.axvspan(first, last, color="0.5", alpha=0.08, lw=0, gid="epoch")
     if not spans:
         return

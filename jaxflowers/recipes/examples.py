@@ -52,11 +52,9 @@ def flowers_options(device_count: int, num_train: int, *, per_device_batch: int 
 def flowers_tuned_options(device_count: int, num_train: int, *, per_device_batch: int = 128,
                           max_epochs: int = 80, **overrides) -> TrainingOptions:
     """The multi-GPU example with Adam at 1e-3 x GPUs, validated once per epoch."""
-    from jaxflowers.options.training import scale_for_devices
-
     base = flowers_options(1, num_train, per_device_batch=per_device_batch,
                            max_epochs=max_epochs, **overrides).replace(initial_learn_rate=1e-3)
-    scaled = scale_for_devices(base, device_count, verbose=False)
+    scaled = base.scaled(device_count)
     return scaled.replace(validation_frequency=max(1, num_train // scaled.mini_batch_size))
 
 

@@ -53,7 +53,7 @@ def run(folder: pathlib.Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m jaxflowers.sweep.worker FOLDER", file=sys.stderr)
+        print("usage: python -m jaxflowers.sweep.backends.worker FOLDER", file=sys.stderr)
         return 2
     threading.Thread(target=_watch_parent, name="watch-parent", daemon=True).start()
     status = run(pathlib.Path(argv[0]))

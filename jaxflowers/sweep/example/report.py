@@ -74,7 +74,7 @@ def print_outcomes(outcomes: Sequence[JobOutcome], table: ProgressTable,
                    stream: TextIO) -> int | None:
     """Print each job's final validation accuracy and timings; the best job's position or None."""
     print("Final validation accuracy:", file=stream)
-    for i, job in enumerate(outcomes):  # noqa: B007
+    for job in outcomes:
         accuracy = job.accuracy
         result = f"{accuracy:.2f}%" if accuracy is not None else (job.error or "no validation")
         if job.info is not None:
