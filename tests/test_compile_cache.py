@@ -71,3 +71,45 @@ def test_an_unwritable_compilation_cache_folder_is_a_warning(tmp_path, monkeypat
     with pytest.warns(UserWarning, match="set JAXFLOWERS_COMPILE_CACHE to another folder"):
         assert jf.enable_compilation_cache() is None
     assert jax.config.jax_compilation_cache_dir == before
+
+
+TRAINING = """
+import os, sys
+import numpy as np
+import jaxflowers as jf
+cache, seed, data_seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+jf.enable_compilation_cache(cache, min_compile_time_s=0)
+rng = np.random.default_rng(data_seed)
+n = 96
+data = jf.data.ImageSet(rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
+                        rng.permutation(np.arange(n) % 3), ("a", "b", "c"))
+train, test = data.split_each_label(0.75, seed=seed)
+options = jf.TrainingOptions(
+    solver="adam", mini_batch_size=16, max_epochs=2, validation_data=test,
+    validation_frequency=2, output_network="best-validation", seed=seed, verbose=False,
+    augmentation=jf.recipes.augmentation("flowers"), learn_rate_schedule="piecewise",
+    learn_rate_drop_period=1)
+net, info = jf.train(train, jf.models.cifar_net(1, num_classes=3), options,
+                     execution=jf.ExecutionOptions(parameter_layout="flat"))
+jf.predict(net, test.images)
+print(info.compile_time)
+"""
+
+
+def test_a_new_seed_split_or_data_set_of_the_same_shapes_compiles_nothing_new(tmp_path):
+    """Seeds, the split and the pixels are arguments of the compiled programs, never
+    constants: runs that differ only in them load every program from the cache."""
+    cache = tmp_path / "xla"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), JAX_NUM_CPU_DEVICES="2")
+
+    def run(seed, data_seed):
+        result = subprocess.run([sys.executable, "-c", TRAINING, str(cache), str(seed),
+                                 str(data_seed)], env=env, capture_output=True, text=True,
+                                timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return sorted(p.name for p in cache.iterdir())
+
+    first = run(0, 0)
+    assert len(first) >= 4  # init, training block, validation, population: all stored
+    assert run(1, 0) == first  # another seed (so another split and initial network)
+    assert run(2, 1) == first  # other images and labels of the same shapes
