@@ -43,9 +43,11 @@ def run_once(cmd, env) -> dict:
     if m := re.search(r"Compile ([\d.]+) s, training ([\d.]+) s \(([\d,]+) images/s", out):
         row.update(compile_s=float(m[1]), train_s=float(m[2]),
                    images_per_s=float(m[3].replace(",", "")))
-    if m := re.search(r"Seconds: (.*)$", out, re.M):  # the train command's parts
-        row["parts_s"] = {name.strip(): float(value) for name, value in
-                          re.findall(r"([a-zA-Z -]+?) ([\d.]+)(?:,|$)", m[1])}
+    # The train command's parts, and within its set-up the compile and the placing.
+    for m in re.finditer(r"^(?:Seconds|Set-up seconds, overlapping): (.*)$", out, re.M):
+        row.setdefault("parts_s", {}).update(
+            {name.strip(): float(value) for name, value in
+             re.findall(r"([a-zA-Z -]+?) ([\d.]+)(?:,|$)", m[1])})
     if m := re.search(r"Wall time: ([\d.]+) s", out):
         row["run_sweep_s"] = float(m[1])
     if m := re.search(r"Prepared the data in ([\d.]+) s", out):

@@ -116,3 +116,9 @@ def test_resident_channel_stats_equal_the_host_ones(strategy):
     pixels = data.images.reshape(-1, 3).astype(np.float64)
     np.testing.assert_allclose(mean, pixels.mean(0), rtol=1e-6)
     np.testing.assert_allclose(std, pixels.std(0), rtol=1e-6)
+    streamed, _ = jf.train(data, Flat(), jf.TrainingOptions(mini_batch_size=8, max_epochs=1,
+                                                            verbose=False),
+                           execution=jf.ExecutionOptions(strategy=strategy,
+                                                         data_placement="stream"))
+    for resident, host in zip(net.normalization, streamed.normalization):
+        np.testing.assert_array_equal(resident, host)  # the same integer sums either way

@@ -51,6 +51,7 @@ def test_validation_every_frequency_and_at_the_end(run):
     assert info.output_network_iteration == info.validation_iteration[best]
     assert np.isfinite(info.final_validation_loss) and 0 <= info.final_validation_accuracy <= 100
     assert info.compile_time > 0 and info.train_time > 0 and info.images_per_second > 0
+    assert 0 < info.placing_time <= info.setup_time and info.compile_time <= info.setup_time
     assert info.num_devices == 4 and not info.stopped_early
     assert info.stop_reason == "max epochs completed" and not info.diverged
     assert net.class_names == tuple(str(d) for d in range(10))

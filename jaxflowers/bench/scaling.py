@@ -161,7 +161,8 @@ def measure(data, model, options: TrainingOptions, *, window_steps: int, windows
     median = statistics.median(spans)
     return {"windows_s": spans, "step_s": median / window_steps,
             "images_per_s": window_steps * options.mini_batch_size / median,
-            "compile_s": info.compile_time, "train_s": info.train_time,
+            "compile_s": info.compile_time, "placing_s": info.placing_time,
+            "train_s": info.train_time,
             "setup_s": wall - info.compile_time - info.train_time,
             "loop_images_per_s": info.images_per_second,
             "iterations": int(len(info.iteration)), "steps_per_epoch": per_epoch,

@@ -306,7 +306,9 @@ def _report(info, clock: list[float], accuracy: float, test_count: int) -> None:
     print(f"Compile {info.compile_time:.1f} s, training {info.train_time:.1f} s "
           f"({info.images_per_second:,.0f} images/s on {info.num_devices} device(s))")
     start_up, load, trained, predict = (b - a for a, b in zip(clock[:-1], clock[1:]))
-    print(f"Seconds: JAX start-up {start_up:.1f}, data {load:.1f}, placing and "
-          f"initialising {trained - info.compile_time - info.train_time:.1f}, compile "
-          f"{info.compile_time:.1f}, training {info.train_time:.1f}, prediction {predict:.1f}")
+    print(f"Seconds: JAX start-up {start_up:.1f}, data {load:.1f}, set-up {info.setup_time:.1f}, "
+          f"training {info.train_time:.1f}, "
+          f"finishing {trained - info.setup_time - info.train_time:.1f}, prediction {predict:.1f}")
+    print(f"Set-up seconds, overlapping: compile {info.compile_time:.1f}, "
+          f"placing {info.placing_time:.1f}")
     print(f"Test accuracy: {100 * accuracy:.2f}% ({test_count} images)")

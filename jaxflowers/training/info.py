@@ -37,7 +37,12 @@ class TrainingInfo:
     final_validation_loss: float | None = None
     final_validation_accuracy: float | None = None  # %
     final_validation_metrics: dict = dataclasses.field(default_factory=dict)  # name -> value
-    compile_time: float = 0.0  # seconds spent compiling before the first step
+    # Seconds from the call to the first step (setup), and within it, overlapping, until
+    # every program was compiled (the initial state's computed) and until the training and
+    # validation images and their channel statistics were on the devices.
+    setup_time: float = 0.0
+    compile_time: float = 0.0
+    placing_time: float = 0.0
     train_time: float = 0.0  # seconds of the training loop, validation included
     validation_time: float = 0.0  # seconds of that the host waited for validation results
     images_per_second: float = 0.0  # training images / (train_time - validation_time)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import threading
+import time
 from typing import Any, Callable
 
 import jax
@@ -41,6 +43,27 @@ class Ready:
     normalization: tuple[np.ndarray, np.ndarray]  # per-channel (mean, std) on the host
     validation: Any = None  # (placed images, labels, stats) of the validation set, or None
     population: Callable | None = None  # placed variables -> with population statistics
+    # Seconds from the start of ``prepare`` to the end of its last "compile" task (compiling,
+    # and running the initial state's program) and of its last "placing" task (data copied,
+    # channel statistics measured); the two overlap.
+    seconds: dict = dataclasses.field(default_factory=dict)
+
+
+class _Clock:
+    """When the last task of each kind ended, in seconds since the clock was made."""
+
+    def __init__(self):
+        self.start, self.ends, self._lock = time.perf_counter(), {}, threading.Lock()
+
+    def timed(self, kind: str, fn: Callable) -> Callable:
+        def run(*args):
+            try:
+                return fn(*args)
+            finally:
+                with self._lock:
+                    self.ends[kind] = max(self.ends.get(kind, 0.0),
+                                          time.perf_counter() - self.start)
+        return run
 
 
 class TrainProgram:
@@ -90,25 +113,30 @@ class TrainProgram:
 
         ``restored`` is a tree-form host state to continue at iteration ``start``; ``snapshots``:
         validations keep copies of the networks they score."""
+        clock = _Clock()
+        compiling, placing = functools.partial(clock.timed, "compile"), functools.partial(
+            clock.timed, "placing")
         with concurrent.futures.ThreadPoolExecutor(6, "jaxflowers-compile") as pool:
-            state = pool.submit(self._initial_state, restored)
-            placed = pool.submit(feeding.place, self.parallel, self.feed, start)
-            block = pool.submit(self.lower_block().compile)  # the longest: traced first
+            state = pool.submit(compiling(self._initial_state), restored)
+            placed = pool.submit(placing(feeding.place), self.parallel, self.feed, start)
+            block = pool.submit(compiling(self.lower_block().compile))  # the longest: first
             stored = self.state_shapes.stored_variables()
-            readers = [pool.submit(self._compile_reader, name, shapes) for name, shapes, due in (
-                ("_unpack", stored, self._unpack is not None and (
-                    validation_data is not None or self.recomputes_statistics)),
-                ("_snapshot", stored, snapshots and validation_data is not None),
-                ("_to_tree", self.state_shapes, checkpoints)) if due]
-            passes = (pool.submit(population.compile_pass, self) if self.recomputes_statistics
-                      else None)
+            readers = [pool.submit(compiling(self._compile_reader), name, shapes)
+                       for name, shapes, due in (
+                           ("_unpack", stored, self._unpack is not None and (
+                               validation_data is not None or self.recomputes_statistics)),
+                           ("_snapshot", stored, snapshots and validation_data is not None),
+                           ("_to_tree", self.state_shapes, checkpoints)) if due]
+            passes = (pool.submit(compiling(population.compile_pass), self)
+                      if self.recomputes_statistics else None)
             validation = None
             if validation_data is not None:
                 abstract = self.forward.abstract(len(validation_data), self.input_shape)
                 validation = (
-                    pool.submit(lambda: self.forward.place(np.asarray(validation_data.images))),
-                    pool.submit(self.forward.compile, self.variable_shapes(), abstract,
-                                self.stats_shape))
+                    pool.submit(placing(lambda: self.forward.place(
+                        np.asarray(validation_data.images)))),
+                    pool.submit(compiling(self.forward.compile), self.variable_shapes(),
+                                abstract, self.stats_shape))
             for reader in readers:
                 reader.result()
             arrays, stats, normalization = placed.result()
@@ -121,6 +149,7 @@ class TrainProgram:
                 validation[1].result()  # raises what the compilation raised
                 ready.validation = (validation[0].result(),
                                     np.asarray(validation_data.labels, np.int64), stats)
+        ready.seconds = dict(clock.ends)
         return ready
 
     def _compile_reader(self, name: str, shapes) -> None:

@@ -96,7 +96,7 @@ class _Run:
                     self.options.validation_data, self.restored and self.restored.state,
                     self.start, checkpoints=checkpoints is not None,
                     snapshots=keeps_networks(self.options))
-                compile_time = time.perf_counter() - t0
+                setup_time = time.perf_counter() - t0
                 progress = self._progress()
                 progress.start(self._summary())
                 early_stopping = self._early_stopping()
@@ -114,7 +114,9 @@ class _Run:
                 written = checkpoints[0].finish() if checkpoints is not None else None
         stopped_by = loop.stop or StopReason.MAX_EPOCHS
         info = progress.close(
-            compile_time=compile_time, num_devices=self.parallel.num_devices,
+            compile_time=ready.seconds.get("compile", 0.0),
+            placing_time=ready.seconds.get("placing", 0.0), setup_time=setup_time,
+            num_devices=self.parallel.num_devices,
             data_placement=self.program.feed.kind,
             stopped_early=stopped_by is not StopReason.MAX_EPOCHS, stopped_by=stopped_by,
             stop_reason=loop.stop_words or stopped_by.value, **timings,
