@@ -43,7 +43,7 @@ def test_processes_read_their_own_columns():
         process_columns(order, 0, 3)
 
 
-def _train(data, placement):
+def _train(data, placement, num_classes=10):
     opts = jf.TrainingOptions(
         solver="adam", initial_learn_rate=0.01, mini_batch_size=8, max_epochs=2,
         shuffle="every-epoch", seed=7, verbose=True, verbose_frequency=100,
@@ -51,7 +51,7 @@ def _train(data, placement):
                                            translate_y=(-3, 3)))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        net, info = jf.train(data, jf.models.cifar_net(1), opts,
+        net, info = jf.train(data, jf.models.cifar_net(1, num_classes=num_classes), opts,
                              execution=jf.ExecutionOptions(data_placement=placement))
     return net, info, out.getvalue()
 
@@ -90,3 +90,30 @@ def test_auto_streams_only_what_exceeds_the_budget(monkeypatch):
     assert choose_placement("auto", data, devices) == ("stream", nbytes, nbytes - 1)
     assert choose_placement("resident", data, devices).kind == "resident"  # asked for, kept
 
+
+
+def test_a_streamed_folder_is_read_batch_by_batch_never_loaded_whole(tmp_path, monkeypatch):
+    """Streaming an ``ImageFolder`` (here the training part of a split) reads its rows from the
+    resize cache on disk, so a set larger than memory trains; statistics and training equal
+    the resident run's."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c, name in enumerate("abc"):
+        (tmp_path / "photos" / name).mkdir(parents=True)
+        for i in range(12):
+            pixels = rng.integers(0, 256, (10, 12, 3), dtype=np.uint8) // (c + 1)
+            Image.fromarray(pixels).save(tmp_path / "photos" / name / f"{i}.png")
+    folder = jf.data.ImageFolder(tmp_path / "photos", image_size=(32, 32),
+                                 cache_dir=tmp_path / "cache")
+    train, _ = folder.split_each_label(0.75, seed=1)
+    resident_net, resident, _ = _train(train.load(), "resident", 3)
+    whole = []
+    monkeypatch.setattr(jf.data.ImageFolder, "images",
+                        property(lambda self: whole.append(len(self)) or 1 / 0))
+    streamed_net, streamed, _ = _train(train, "stream", 3)
+    assert not whole, "the streamed set was loaded whole"
+    assert streamed.data_placement == "stream"
+    for a, b in zip(streamed_net.normalization, resident_net.normalization):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(streamed.loss, resident.loss, rtol=1e-5)

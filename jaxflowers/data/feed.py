@@ -99,21 +99,34 @@ def epoch_order(num_samples: int, mini_batch_size: int, num_epochs: int, shuffle
     return np.concatenate(epochs).astype(np.int32)
 
 
-def channel_stats(images: np.ndarray, chunk: int = 16, *,
-                  num_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel mean and std (float32 (C,)) of uint8 (N, H, W, C) images.
+def read_rows(data, index) -> np.ndarray:
+    """uint8 (len(index), H, W, C): the images of a set (or an array) at ``index``, read alone
+    where the set can (``ImageFolder.read``: from its resize cache on disk), so a set larger
+    than memory is never loaded whole."""
+    if isinstance(data, np.ndarray):
+        return np.asarray(data[index])
+    reader = getattr(data, "read", None)
+    return np.asarray(reader(index) if reader is not None else data.images[index])
 
-    Summed in exact integers, ``chunk`` images at a time in ``num_threads`` threads (default
-    ``min(16, cpu_count)``; numpy's loops run without the GIL), so a memory-mapped set is read
-    once and the result equals the resident feed's sums on the devices."""
-    channels = images.shape[-1]
-    starts = range(0, len(images), chunk)
+
+def channel_stats(data, chunk: int = 16, *,
+                  num_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and std (float32 (C,)) of a set's (or uint8 (N, H, W, C)) images.
+
+    Summed in exact integers, ``chunk`` images at a time (:func:`read_rows`) in
+    ``num_threads`` threads (default ``min(16, cpu_count)``; numpy's loops run without the
+    GIL), so the result equals the resident feed's sums on the devices."""
+    count = len(data)
+    shape = (count, *image_shape(data)) if not isinstance(data, np.ndarray) else data.shape
+    starts = range(0, count, chunk)
     threads = num_threads or min(16, os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(threads, "jaxflowers-stats") as pool:
-        parts = list(pool.map(lambda s: _chunk_moments(images[s:s + chunk]), starts))
-    total = sum((p[0] for p in parts), np.zeros(channels, np.int64))
-    squares = sum((p[1] for p in parts), np.zeros(channels, np.int64))
-    return stats_from_moments(total, squares, int(np.prod(images.shape[:-1])))
+        parts = list(pool.map(
+            lambda s: _chunk_moments(read_rows(data, np.arange(s, min(s + chunk, count)))),
+            starts))
+    total = sum((p[0] for p in parts), np.zeros(shape[-1], np.int64))
+    squares = sum((p[1] for p in parts), np.zeros(shape[-1], np.int64))
+    return stats_from_moments(total, squares, int(np.prod(shape[:-1])))
 
 
 def _chunk_moments(block) -> tuple[np.ndarray, np.ndarray]:

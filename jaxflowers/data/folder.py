@@ -116,6 +116,15 @@ class ImageFolder(Labelled):
                 self._images = self._source.cache().take(self._index)
             return self._images
 
+    def read(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+        """uint8 (len(positions), H, W, 3): the images at ``positions``, read from the resize
+        cache alone, so a set larger than memory can be streamed."""
+        positions = np.asarray(positions, np.int64)
+        with self._images_lock:
+            if self._images is not None:
+                return self._images[positions]
+        return self._source.cache().images[self._index[positions]]
+
     def subset(self, indices: Sequence[int] | np.ndarray) -> "ImageFolder":
         """The images at ``indices`` (ints in ``[0, len)``); MATLAB ``subset``. Shares the cache."""
         indices = np.asarray(indices)

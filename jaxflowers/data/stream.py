@@ -11,7 +11,7 @@ import os
 import grain
 import numpy as np
 
-from jaxflowers.data.feed import epoch_order, image_shape, steps_per_epoch
+from jaxflowers.data.feed import epoch_order, image_shape, read_rows, steps_per_epoch
 
 # Batches grain keeps ready on the host: enough to ride out a slow read (page faults of a
 # memory map on a cold disk) without holding much memory.
@@ -34,13 +34,14 @@ def host_batches(data, order: np.ndarray, *, num_threads: int | None = None,
     Returns an ``IterDataset`` of ``{"index": int32 (b,), "images": uint8 (b, H, W, C), "labels":
     int32 (b,)}`` read ahead by ``num_threads`` (default ``min(8, cpu_count)``) threads.
     """
-    images, labels = data.images, np.asarray(data.labels, np.int32)
+    labels = np.asarray(data.labels, np.int32)
+    shape = image_shape(data)
 
     def gather(index):
         # Read in ascending order (sequential for a memory map on disk), then put back.
         ascending = np.argsort(index, kind="stable")
-        batch = np.empty((len(index), *images.shape[1:]), np.uint8)
-        batch[ascending] = images[index[ascending]]
+        batch = np.empty((len(index), *shape), np.uint8)
+        batch[ascending] = read_rows(data, index[ascending])
         return {"index": index, "images": batch, "labels": labels[index]}
 
     threads = num_threads or min(8, os.cpu_count() or 1)

@@ -19,6 +19,7 @@ import warnings
 
 import numpy as np
 
+from jaxflowers.data.feed import image_shape, read_rows
 from jaxflowers.options.training import TrainingOptions, recipe_fields
 from jaxflowers.training.history import History
 
@@ -313,10 +314,10 @@ def data_digest(data) -> str:
     import xxhash
 
     digest = xxhash.xxh3_128()
-    images = np.asarray(data.images)
-    step = max(1, (64 << 20) // max(1, images[0].nbytes)) if len(images) else 1
-    for start in range(0, len(images), step):  # chunks: a memory map is read, not copied
-        digest.update(np.ascontiguousarray(images[start:start + step]).data)
+    step = max(1, (64 << 20) // max(1, int(np.prod(image_shape(data)))))
+    for start in range(0, len(data), step):  # chunks: a set on disk is read, not loaded
+        rows = np.arange(start, min(start + step, len(data)))
+        digest.update(np.ascontiguousarray(read_rows(data, rows)).data)
     digest.update(np.ascontiguousarray(np.asarray(data.labels, np.int32)).data)
     return digest.hexdigest()
 

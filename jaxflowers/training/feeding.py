@@ -17,7 +17,7 @@ def place(parallel: DataParallel, feed, start: int):
         normalization = _resident_stats(parallel, feed, arrays[0])
     else:
         arrays = feed.start(start)
-        normalization = channel_stats(feed.data.images)
+        normalization = channel_stats(feed.data)  # read in chunks: the set may not fit
     return arrays, parallel.put(normalization), normalization
 
 
