@@ -101,3 +101,8 @@ def report_states(*states: str):
         report({"state": state, "iteration": 1})
     report({"mine": True})
     return len(states)
+
+
+def environment_of(*names):
+    """The worker's values of the environment variables ``names``."""
+    return {name: os.environ.get(name) for name in names}

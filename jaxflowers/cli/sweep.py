@@ -28,6 +28,11 @@ def add_parser(commands, parents=()) -> argparse.ArgumentParser:
                        help="all (default) or a number of GPUs (CPU slots without GPUs)")
     sweep.add_argument("--jobs-per-device", type=positive_int, default=1,
                        help="jobs sharing each GPU (default: 1)")
+    sweep.add_argument("--mps", choices=("auto", "on", "off"), default="auto",
+                       help="jobs sharing a GPU run at the same time under NVIDIA's MPS, "
+                            "started and stopped by the sweep: auto (when MPS can start; "
+                            "else they take turns, with a warning), on (fail if it cannot), "
+                            "off (default: auto)")
     sweep.add_argument("--out", default=".",
                        help="folder for sweep_results.json, the metrics CSVs, the PNGs and "
                             "the job logs (default: the current folder)")
@@ -57,6 +62,7 @@ def parse_options(items: list[str]) -> dict:
 def run(args: argparse.Namespace) -> int:
     """Run the sweep the parsed ``args`` describe; returns the exit status (0: a best
     network was found, 1: every job failed, 2: bad input, 130: Ctrl-C, 143: SIGTERM)."""
+    from jaxflowers.host.mps import MpsError
     from jaxflowers.recipes import DataUnavailableError
     from jaxflowers.sweep.example.run import run_sweep  # imports no JAX
     from jaxflowers.sweep.jobs import job_options
@@ -69,12 +75,14 @@ def run(args: argparse.Namespace) -> int:
         return _error(f"--option: {error}")
     try:
         result = run_sweep(args.depths, data=args.data, epochs=args.epochs, devices=devices,
-                           jobs_per_device=args.jobs_per_device, out_dir=args.out,
+                           jobs_per_device=args.jobs_per_device,
+                           mps={"auto": "auto", "on": True, "off": False}[args.mps],
+                           out_dir=args.out,
                            seed=args.seed, options_overrides=overrides)
     except KeyboardInterrupt as stop:  # before any job started
         print(f"{signals.signal_words(stop, capital=True)}.", file=sys.stderr)
         return signals.exit_status(stop)
-    except (DataUnavailableError, ValueError, OSError) as error:
+    except (DataUnavailableError, ValueError, OSError, MpsError) as error:
         return _error(str(error))
     print(f"Wall time: {result.wall_time:.1f} s")
     if result.interrupted:

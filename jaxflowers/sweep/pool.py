@@ -9,9 +9,11 @@ import collections
 import functools
 import os
 import threading
+import warnings
 from concurrent.futures import wait
 from typing import Any, Callable, Sequence
 
+from jaxflowers.host import mps
 from jaxflowers.sweep import shutdown as interrupts
 from jaxflowers.sweep import transfer
 from jaxflowers.sweep.backends.base import Backend, Job, JobEvents
@@ -45,23 +47,34 @@ class DevicePool:
         int n (the first n GPUs, or n CPU slots), or a list of GPU indices/UUIDs. On Ray only the
         number of GPUs matters; without GPUs each node gives one CPU slot per 8 cores.
       jobs_per_device: jobs packed on each GPU, each with ``0.9 / jobs_per_device`` of its memory.
+      mps: let packed jobs run at the same time under NVIDIA's MPS (a private daemon per GPU,
+        stopped with the pool): "auto" when ``jobs_per_device > 1`` and the environment names
+        no MPS server of its own, with a warning if it cannot start (the jobs then take turns
+        on their GPU); True: the same, but ``MpsError`` if it cannot; False: never.
       backend: "local" (subprocesses on this machine) or "ray" (needs the ``ray`` extra).
       log_dir: folder of the logs ``job-0000.log``...; None: a temporary folder.
       memory_fraction: GPU memory fraction per job (``XLA_PYTHON_CLIENT_MEM_FRACTION``).
       address: Ray's cluster ("HOST:PORT", "ray://HOST:10001", "auto"); default ``$RAY_ADDRESS``,
         else a local Ray.
+
+    Attributes:
+      sharing: how jobs packed on a GPU share it: "mps", "time-slicing", or None (one each).
     """
 
     def __init__(self, devices: str | int | Sequence[int | str] = "all", jobs_per_device: int = 1,
                  backend: str = "local", *, log_dir: str | os.PathLike | None = None,
-                 memory_fraction: float | None = None, address: str | None = None):
+                 memory_fraction: float | None = None, address: str | None = None,
+                 mps: bool | str = "auto"):
         if memory_fraction is not None and not 0 < memory_fraction <= 1:
             raise ValueError(f"memory_fraction={memory_fraction!r} must lie in (0, 1]")
+        if mps not in ("auto", True, False):
+            raise ValueError(f"mps={mps!r}: use 'auto', True or False")
         self._backend = _make_backend(backend, log_dir=log_dir, address=address,
                                       memory_fraction=memory_fraction)
         try:
             self._slots = make_slots(devices, jobs_per_device, self._backend.gpus(),
                                      self._backend.cpu_slots())
+            self.sharing = self._share(mps)
         except BaseException:
             self._backend.close()
             raise
@@ -75,6 +88,24 @@ class DevicePool:
         self._closed = False
         self._events = EventDispatcher()
         interrupts.register(self)
+
+    def _share(self, requested) -> str | None:
+        """How jobs packed on one GPU share it: "mps", "time-slicing", or None (none packed)."""
+        packed = sorted({s.gpu for s in self._slots if s.gpu is not None and s.jobs_per_device > 1})
+        if not packed:
+            return None
+        if requested is False or (requested == "auto" and mps.configured()):
+            return "mps" if mps.configured() else "time-slicing"
+        try:
+            return self._backend.share_gpus(packed)
+        except mps.MpsError as error:
+            if requested is True:
+                raise
+            per_gpu = self._slots[0].jobs_per_device
+            warnings.warn(f"MPS could not start ({error}); the {per_gpu} jobs on each GPU take "
+                          "turns on it (DevicePool(mps=False), sweep --mps off: without trying)",
+                          stacklevel=3)
+            return "time-slicing"
 
     # ------------------------------------------------------------------ public API
 

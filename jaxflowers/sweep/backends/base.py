@@ -45,6 +45,10 @@ class Backend(Protocol):
     def cpu_slots(self) -> int:
         """How many jobs ``devices="all"`` runs at once where there is no GPU."""
 
+    def share_gpus(self, gpus: Sequence[str]) -> str:
+        """Let the jobs packed on ``gpus`` run at the same time where the backend can;
+        "mps" or "time-slicing" (raises ``MpsError`` with the reason MPS could not start)."""
+
     def prepare(self, reference: dict, arguments: Any, arrays: dict) -> Any:
         """Stage a job at submit time (encoded arguments and arrays); returns ``Job.staged``."""
 

@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 
+from jaxflowers.host import mps
 from jaxflowers.sweep import slots as devices
 from jaxflowers.sweep.backends.base import Job, JobEvents
 from jaxflowers.sweep.backends.process import WorkerProcess, outcome, to_result, write_spec
@@ -24,9 +25,17 @@ class LocalBackend:
         self.log_dir = pathlib.Path(log_dir) if log_dir is not None else self._scratch / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._memory_fraction = memory_fraction
+        self._mps: mps.MpsDaemons | None = None
 
     def gpus(self) -> list[str]:
         return devices.visible_gpus()
+
+    def share_gpus(self, gpus) -> str:
+        """Run a private MPS daemon per GPU in the scratch folder (``MpsError`` if it fails)."""
+        daemons = mps.MpsDaemons(self._scratch, gpus)
+        daemons.start()
+        self._mps = daemons
+        return "mps"
 
     def cpu_slots(self) -> int:
         return devices.default_cpu_slots()
@@ -41,6 +50,8 @@ class LocalBackend:
 
     def start(self, job: Job, slot: devices.Slot, events: JobEvents) -> None:
         env = devices.slot_environment(slot, os.environ, memory_fraction=self._memory_fraction)
+        if self._mps is not None and slot.gpu in self._mps.gpus:
+            env.update(self._mps.environment(slot.gpu))
         log_path = self.log_dir / f"job-{job.index:04d}.log"
         job.handle = WorkerProcess(job.staged, env, log_path)
         reader = threading.Thread(target=_pass_messages, args=(job, events), daemon=True,
@@ -64,7 +75,11 @@ class LocalBackend:
             handle.kill()
 
     def close(self) -> None:
-        """Remove the scratch folder (and the logs, unless they live in a given log_dir)."""
+        """Stop the MPS daemons; remove the scratch folder (and the logs, unless they live in
+        a given log_dir)."""
+        if self._mps is not None:
+            self._mps.stop()
+            self._mps = None
         shutil.rmtree(self._scratch, ignore_errors=True)
 
     @staticmethod

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from jaxflowers.host.mps import MpsError
 from jaxflowers.host.processes import package_path
 from jaxflowers.sweep import slots as devices
 from jaxflowers.sweep.backends.base import Job, JobEvents
@@ -99,6 +100,11 @@ class RayBackend:
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         return json.dumps(spec), buffer.getvalue()
+
+    def share_gpus(self, gpus) -> str:
+        """Ray's GPU fractions pack tasks on a GPU; MPS on a cluster's nodes is theirs to run."""
+        raise MpsError("the ray backend does not start MPS on its nodes; start it there "
+                       "(nvidia-cuda-mps-control -d) or use backend='local'")
 
     def discard(self, staged) -> None:
         """Nothing to clean: a staged Ray job is only bytes."""

@@ -83,7 +83,8 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
 # ---------------------------------------------------------------- the sweep
 
 def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epochs: int = 30,
-              devices="all", jobs_per_device: int = 1, out_dir: str | os.PathLike = ".",
+              devices="all", jobs_per_device: int = 1, mps: bool | str = "auto",
+              out_dir: str | os.PathLike = ".",
               seed: int = 0, stream: TextIO | None = None,
               options_overrides: Mapping | None = None) -> SweepResult:
     """Train ``cifar_net`` of each depth side by side, pick the best, test it, plot it.
@@ -94,7 +95,8 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
       depths: one job per depth (ints >= 1).
       data: "digits" (embedded, offline), "cifar10" or a folder (see ``example_plan``).
       epochs: training epochs per job.
-      devices, jobs_per_device: the ``DevicePool``'s slots.
+      devices, jobs_per_device, mps: the ``DevicePool``'s slots and how packed jobs share
+        a GPU.
       out_dir: folder of ``sweep_results.json``, the metrics CSVs, the PNGs and ``sweep-logs/``.
       seed: data splits, initialisation, shuffling and augmentation.
       stream: where the table and results are printed (default ``sys.stdout``).
@@ -120,8 +122,11 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
     out = _output_folder(out_dir)
     print(f"Data: {recipes.describe_plan(plan)}", file=stream)
     _prepare(plan, stream)  # before any job: the workers then only open finished caches
-    with signals.sigterm_raises(), DevicePool(devices, jobs_per_device,
+    with signals.sigterm_raises(), DevicePool(devices, jobs_per_device, mps=mps,
                                               log_dir=out / "sweep-logs") as pool:
+        if pool.sharing:
+            together = "together under MPS" if pool.sharing == "mps" else "in turns"
+            print(f"{jobs_per_device} jobs on each GPU, running {together}", file=stream)
         plot, table = _watch(pool, depths, stream, start)
         futures = [pool.submit(depth_job, data=plan, depth=d, max_epochs=epochs, seed=seed,
                                options_overrides=overrides) for d in depths]
