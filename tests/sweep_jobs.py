@@ -106,3 +106,16 @@ def report_states(*states: str):
 def environment_of(*names):
     """The worker's values of the environment variables ``names``."""
     return {name: os.environ.get(name) for name in names}
+
+
+def report_memory_then_sleep(peak: int, limit: int, seconds: float):
+    """Report a device footprint as train_job's first iteration does; (fraction, start, end)."""
+    import time
+
+    from jaxflowers.sweep import report
+
+    start = time.time()
+    report({"state": "iteration", "iteration": 1,
+            "device_memory": {"peak": peak, "limit": limit}})
+    time.sleep(seconds)
+    return os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION"), start, time.time()

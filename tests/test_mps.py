@@ -128,3 +128,42 @@ def test_an_mps_server_of_the_users_own_is_left_alone(fake_mps, tmp_path, monkey
 def test_bad_mps_setting():
     with pytest.raises(ValueError, match="mps='yes': use 'auto', True or False"):
         sweep.DevicePool(1, mps="yes")
+
+
+def test_auto_jobs_per_device_fills_the_gpu_the_first_job_measured(fake_mps, tmp_path, capsys):
+    gib = 2**30
+    with sweep.DevicePool("all", jobs_per_device="auto", mps=False,
+                          log_dir=tmp_path / "logs") as pool:
+        assert pool.num_slots == 2 and pool.jobs_per_device == {"0": 1, "1": 1}
+        # The first job on each GPU: 10 GiB of an 80 GiB GPU (its cap 0.9 of it), so
+        # 0.9 * 80 // (10 * 1.25 + 1) = 5 jobs fit on each.
+        futures = [pool.submit(sweep_jobs.report_memory_then_sleep, 10 * gib, int(72 * gib), 3)
+                   for _ in range(10)]
+        runs = [future.result(timeout=120) for future in futures]
+        assert pool.jobs_per_device == {"0": 5, "1": 5} and pool.num_slots == 10
+    fractions = sorted(fraction for fraction, _, _ in runs)
+    assert fractions == ["0.18"] * 8 + ["0.9"] * 2  # the first two measured, uncapped
+    starts, ends = [start for _, start, _ in runs], [end for _, _, end in runs]
+    assert max(starts) < min(ends)  # all ten ran at once, none waited for a slot
+    assert capsys.readouterr().err.count("jobs_per_device='auto': job ") == 2
+    with pytest.raises(ValueError, match="jobs_per_device='auto' needs backend='local'"):
+        sweep.DevicePool("all", jobs_per_device="auto", backend="ray")
+
+
+def test_auto_on_a_small_gpu_keeps_one_job(fake_mps, tmp_path):
+    gib = 2**30
+    with sweep.DevicePool(1, jobs_per_device="auto", mps=False, log_dir=tmp_path) as pool:
+        pool.submit(sweep_jobs.report_memory_then_sleep, 12 * gib, int(14.4 * gib), 0).result(
+            timeout=120)
+        assert pool.jobs_per_device == {"0": 1} and pool.num_slots == 1
+
+
+def test_the_sweep_command_takes_auto_and_the_mps_choice():
+    import subprocess
+
+    bad = subprocess.run([sys.executable, "-m", "jaxflowers", "sweep", "--jobs-per-device",
+                          "many"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "'many' is not a positive integer or auto" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "jaxflowers", "sweep", "--mps", "yes"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "invalid choice: 'yes'" in bad.stderr

@@ -299,7 +299,8 @@ def test_after_each_can_keep_only_some_states(tmp_path):
 def test_gpu_slots_pack_jobs_with_a_memory_fraction(monkeypatch, tmp_path):
     cpu_pool = sweep.DevicePool(1, log_dir=tmp_path / "cpu")
     monkeypatch.setattr(LocalBackend, "gpus", lambda self: ["0", "1"])  # no GPU here
-    with sweep.DevicePool("all", jobs_per_device=2, log_dir=tmp_path) as gpu_pool, cpu_pool:
+    with sweep.DevicePool("all", jobs_per_device=2, mps=False,
+                          log_dir=tmp_path) as gpu_pool, cpu_pool:
         assert gpu_pool.num_slots == 4
         cpu = cpu_pool.submit(sweep_jobs.environment)
         envs = sweep.fetch_outputs([gpu_pool.submit(sweep_jobs.environment) for _ in range(4)])

@@ -50,6 +50,16 @@ def image_size(text: str) -> tuple[int, int]:
     return size * 2 if len(size) == 1 else size
 
 
+def positive_int_or_auto(text: str) -> int | str:
+    """An argparse type: a positive integer, or "auto"."""
+    if text == "auto":
+        return text
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer or auto") from None
+
+
 positive_int = integer(1)
 non_negative_int = integer(0)
 positive_float = number()

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from jaxflowers.cli.args import non_negative_int, positive_int
+from jaxflowers.cli.args import non_negative_int, positive_int, positive_int_or_auto
 from jaxflowers.host import signals
 
 
@@ -26,8 +26,10 @@ def add_parser(commands, parents=()) -> argparse.ArgumentParser:
                        help="training epochs per job (default: 30)")
     sweep.add_argument("--devices", default="all",
                        help="all (default) or a number of GPUs (CPU slots without GPUs)")
-    sweep.add_argument("--jobs-per-device", type=positive_int, default=1,
-                       help="jobs sharing each GPU (default: 1)")
+    sweep.add_argument("--jobs-per-device", type=positive_int_or_auto, default=1,
+                       metavar="N|auto",
+                       help="jobs sharing each GPU; auto: as many as the first job's measured "
+                            "memory lets fit, up to 8 (default: 1)")
     sweep.add_argument("--mps", choices=("auto", "on", "off"), default="auto",
                        help="jobs sharing a GPU run at the same time under NVIDIA's MPS, "
                             "started and stopped by the sweep: auto (when MPS can start; "

@@ -40,10 +40,35 @@ def train_job(*, data, model, options, execution=None, seed: int | None = None):
     return net, info
 
 
-def _send_to_pool(message: dict) -> bool:
-    """``output_fn`` of a sweep job: send every message to the pool, never stop."""
-    report(message)
-    return False
+class _SendToPool:
+    """``output_fn`` of a sweep job: send every message to the pool, never stop. The first
+    "iteration" message also carries the device memory the training takes, from which
+    ``DevicePool(jobs_per_device="auto")`` decides how many jobs fit on the GPU."""
+
+    def __init__(self):
+        self.measured = False
+
+    def __call__(self, message: dict) -> bool:
+        if not self.measured and message.get("state") == "iteration":
+            self.measured = True
+            memory = _device_memory()
+            if memory:
+                message = {**message, "device_memory": memory}
+        report(message)
+        return False
+
+
+def _device_memory() -> dict | None:
+    """``{"peak": bytes, "limit": bytes}`` of this process's first device, None on CPUs."""
+    import jax
+
+    try:
+        stats = jax.local_devices()[0].memory_stats() or {}
+    except Exception:  # noqa: BLE001 (backends without statistics raise)
+        return None
+    if "peak_bytes_in_use" not in stats or "bytes_limit" not in stats:
+        return None
+    return {"peak": int(stats["peak_bytes_in_use"]), "limit": int(stats["bytes_limit"])}
 
 
 def job_options(options, execution=None) -> tuple[Any, Any]:
@@ -77,7 +102,7 @@ def _fields(value, cls, what: str) -> dict:
 
 def _options(options, execution, seed: int | None, validation_set):
     options, execution = job_options(options, execution)
-    changes = {"output_fn": _send_to_pool, "plots": "none"}  # plots.sweep_progress(pool) draws
+    changes = {"output_fn": _SendToPool(), "plots": "none"}  # plots.sweep_progress(pool) draws
     if seed is not None:
         changes["seed"] = seed
     if validation_set is not None:

@@ -6,8 +6,10 @@ processes. Nothing here imports JAX: the caller must not hold a GPU while its wo
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import os
+import sys
 import threading
 import warnings
 from concurrent.futures import wait
@@ -19,10 +21,15 @@ from jaxflowers.sweep import transfer
 from jaxflowers.sweep.backends.base import Backend, Job, JobEvents
 from jaxflowers.sweep.events import EventDispatcher
 from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError
-from jaxflowers.sweep.slots import make_slots
+from jaxflowers.sweep.slots import Slot, make_slots
 
 # The "state" of the messages train_job sends (train's output_fn) and the pool adds.
 MESSAGE_STATES = ("start", "iteration", "validation", "done", "failed", "cancelled")
+# jobs_per_device="auto": at most this many jobs on a GPU; each job's need is its measured
+# peak with this margin, plus this much for its CUDA context and MPS client.
+AUTO_MAX_JOBS = 8
+_AUTO_MARGIN, _AUTO_CONTEXT = 1.25, 2**30
+_AUTO_FIRST_FRACTION = 0.9  # the first job's cap while its footprint is measured
 
 
 class _OnlyStates:
@@ -46,7 +53,9 @@ class DevicePool:
       devices: "all" (every visible GPU; without GPUs ``max(2, cpu_count // 8)`` CPU slots), an
         int n (the first n GPUs, or n CPU slots), or a list of GPU indices/UUIDs. On Ray only the
         number of GPUs matters; without GPUs each node gives one CPU slot per 8 cores.
-      jobs_per_device: jobs packed on each GPU, each with ``0.9 / jobs_per_device`` of its memory.
+      jobs_per_device: jobs packed on each GPU, each with ``0.9 / jobs_per_device`` of its memory;
+        "auto": one job per GPU first, then as many as its measured memory (``train_job``
+        reports it with its first iteration) lets fit, up to ``AUTO_MAX_JOBS`` (printed).
       mps: let packed jobs run at the same time under NVIDIA's MPS (a private daemon per GPU,
         stopped with the pool): "auto" when ``jobs_per_device > 1`` and the environment names
         no MPS server of its own, with a warning if it cannot start (the jobs then take turns
@@ -61,7 +70,8 @@ class DevicePool:
       sharing: how jobs packed on a GPU share it: "mps", "time-slicing", or None (one each).
     """
 
-    def __init__(self, devices: str | int | Sequence[int | str] = "all", jobs_per_device: int = 1,
+    def __init__(self, devices: str | int | Sequence[int | str] = "all",
+                 jobs_per_device: int | str = 1,
                  backend: str = "local", *, log_dir: str | os.PathLike | None = None,
                  memory_fraction: float | None = None, address: str | None = None,
                  mps: bool | str = "auto"):
@@ -69,11 +79,19 @@ class DevicePool:
             raise ValueError(f"memory_fraction={memory_fraction!r} must lie in (0, 1]")
         if mps not in ("auto", True, False):
             raise ValueError(f"mps={mps!r}: use 'auto', True or False")
+        self._auto = jobs_per_device == "auto"
+        if self._auto and backend != "local":
+            raise ValueError("jobs_per_device='auto' needs backend='local' (Ray packs tasks "
+                             "by GPU fractions fixed at submit)")
+        self._decided: dict[str, int] = {}
         self._backend = _make_backend(backend, log_dir=log_dir, address=address,
                                       memory_fraction=memory_fraction)
         try:
-            self._slots = make_slots(devices, jobs_per_device, self._backend.gpus(),
-                                     self._backend.cpu_slots())
+            self._slots = make_slots(devices, 1 if self._auto else jobs_per_device,
+                                     self._backend.gpus(), self._backend.cpu_slots())
+            if self._auto:  # measured alone, uncapped, before others join it
+                self._slots = [dataclasses.replace(s, memory_fraction=_AUTO_FIRST_FRACTION)
+                               if s.gpu is not None else s for s in self._slots]
             self.sharing = self._share(mps)
         except BaseException:
             self._backend.close()
@@ -91,7 +109,8 @@ class DevicePool:
 
     def _share(self, requested) -> str | None:
         """How jobs packed on one GPU share it: "mps", "time-slicing", or None (none packed)."""
-        packed = sorted({s.gpu for s in self._slots if s.gpu is not None and s.jobs_per_device > 1})
+        packed = sorted({s.gpu for s in self._slots if s.gpu is not None
+                         and (s.jobs_per_device > 1 or self._auto)})
         if not packed:
             return None
         if requested is False or (requested == "auto" and mps.configured()):
@@ -101,8 +120,8 @@ class DevicePool:
         except mps.MpsError as error:
             if requested is True:
                 raise
-            per_gpu = self._slots[0].jobs_per_device
-            warnings.warn(f"MPS could not start ({error}); the {per_gpu} jobs on each GPU take "
+            per_gpu = "" if self._auto else f" {self._slots[0].jobs_per_device}"
+            warnings.warn(f"MPS could not start ({error}); the{per_gpu} jobs on each GPU take "
                           "turns on it (DevicePool(mps=False), sweep --mps off: without trying)",
                           stacklevel=3)
             return "time-slicing"
@@ -223,7 +242,7 @@ class DevicePool:
             job, slot = self._queue.popleft(), self._free.popleft()
             job.state, job.slot = "running", slot
             self._running[job.index] = job
-            events = JobEvents(message=functools.partial(self._events.put, job.index),
+            events = JobEvents(message=functools.partial(self._message, job),
                                finished=functools.partial(self._job_ended, job))
             try:
                 self._backend.start(job, slot, events)
@@ -234,6 +253,39 @@ class DevicePool:
                 job.timer = threading.Timer(job.timeout, self._time_out, (job,))
                 job.timer.daemon = True
                 job.timer.start()
+
+    def _message(self, job: Job, message: dict) -> None:
+        """``JobEvents.message``: pass it on; with "auto", size the job's GPU by it."""
+        memory = message.get("device_memory") if self._auto else None
+        if memory and job.slot.gpu is not None and job.slot.gpu not in self._decided:
+            self._fill_gpu(job, memory)
+        self._events.put(job.index, message)
+
+    def _fill_gpu(self, job: Job, memory: dict) -> None:
+        """Open as many slots on ``job``'s GPU as its measured memory lets fit."""
+        gpu = job.slot.gpu
+        total = memory["limit"] / (job.slot.memory_fraction or _AUTO_FIRST_FRACTION)
+        need = memory["peak"] * _AUTO_MARGIN + _AUTO_CONTEXT
+        count = int(max(1, min(AUTO_MAX_JOBS, _AUTO_FIRST_FRACTION * total // need)))
+        with self._lock:
+            if gpu in self._decided:
+                return
+            self._decided[gpu] = count
+            for _ in range(count - 1):
+                slot = Slot(len(self._slots), gpu, count, _AUTO_FIRST_FRACTION / count)
+                self._slots.append(slot)
+                self._free.append(slot)
+            self._start_queued()
+        print(f"jobs_per_device='auto': job {job.index} takes {memory['peak'] / 2**30:.2f} GiB "
+              f"of GPU {gpu}'s {total / 2**30:.0f} GiB: {count} jobs at a time on it",
+              file=sys.stderr, flush=True)
+
+    @property
+    def jobs_per_device(self) -> dict[str, int]:
+        """GPU -> the jobs it runs at a time (with "auto": those decided so far)."""
+        counts = collections.Counter(s.gpu for s in self._slots if s.gpu is not None)
+        return {gpu: self._decided.get(gpu, n) if self._auto else n
+                for gpu, n in counts.items()}
 
     def _stop(self, job_index: int) -> bool:
         """Drop or kill a job for ``JobFuture.cancel``; whether its future should end cancelled."""

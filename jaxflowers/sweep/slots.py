@@ -18,6 +18,7 @@ class Slot:
     index: int
     gpu: str | None
     jobs_per_device: int = 1
+    memory_fraction: float | None = None  # the job's cap of its GPU's memory; None: the rule
 
 
 def visible_gpus(environ: Mapping[str, str] | None = None,
@@ -79,6 +80,7 @@ def slot_environment(slot: Slot, base: Mapping[str, str], *,
         env["CUDA_VISIBLE_DEVICES"] = ""
         return env
     env["CUDA_VISIBLE_DEVICES"] = slot.gpu
+    memory_fraction = slot.memory_fraction if memory_fraction is None else memory_fraction
     if slot.jobs_per_device > 1 or memory_fraction is not None:
         fraction = memory_fraction if memory_fraction is not None else 0.9 / slot.jobs_per_device
         if not 0 < fraction <= 1:

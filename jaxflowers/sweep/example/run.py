@@ -83,7 +83,7 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
 # ---------------------------------------------------------------- the sweep
 
 def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epochs: int = 30,
-              devices="all", jobs_per_device: int = 1, mps: bool | str = "auto",
+              devices="all", jobs_per_device: int | str = 1, mps: bool | str = "auto",
               out_dir: str | os.PathLike = ".",
               seed: int = 0, stream: TextIO | None = None,
               options_overrides: Mapping | None = None) -> SweepResult:
@@ -126,7 +126,9 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
                                               log_dir=out / "sweep-logs") as pool:
         if pool.sharing:
             together = "together under MPS" if pool.sharing == "mps" else "in turns"
-            print(f"{jobs_per_device} jobs on each GPU, running {together}", file=stream)
+            count = ("as many as fit (jobs_per_device='auto')" if jobs_per_device == "auto"
+                     else jobs_per_device)
+            print(f"Jobs on each GPU: {count}, running {together}", file=stream)
         plot, table = _watch(pool, depths, stream, start)
         futures = [pool.submit(depth_job, data=plan, depth=d, max_epochs=epochs, seed=seed,
                                options_overrides=overrides) for d in depths]
