@@ -1,11 +1,13 @@
 """Wall time of the two MATLAB examples through the CLI, cold and warm, as a user runs them.
 
-    python benchmarks/end_to_end.py example DATA [--devices N]      # ResNet-50, 80 epochs
-    python benchmarks/end_to_end.py sweep DATA [--devices N] [--jobs-per-device K] [--epochs 30]
+    python benchmarks/end_to_end.py example DATA [--devices N] [--seeds 0 1]  # ResNet-50
+    python benchmarks/end_to_end.py sweep DATA [--devices N] [--jobs-per-device K|auto]
+        [--mps auto|on|off] [--epochs 30]
 
 Each run is a fresh ``python -m jaxflowers ...`` process timed from outside. "cold" starts
-with empty resize and compilation caches (in a temporary folder); "warm" runs again with
-both caches as the cold run left them. DATA: a folder of class folders for "example"
+with empty resize and compilation caches (in ``--scratch``, default a temporary folder);
+"warm" runs again with both caches as the cold run left them; each further seed of
+``--seeds`` is one more warm run with that seed. DATA: a folder of class folders for "example"
 (e.g. ``benchmarks/synthetic_folders.py flowers DEST``), a folder with train/ and test/
 for "sweep" (``synthetic_folders.py cifar DEST``). Prints a table; --out saves JSON.
 """
@@ -13,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,15 +31,21 @@ def command(args) -> list[str]:
     else:
         cmd = base + ["sweep", "--depths", "1", "2", "3", "4", "--data", args.data,
                       "--epochs", str(args.epochs or 30), "--jobs-per-device",
-                      str(args.jobs_per_device), "--out", os.path.join(args.scratch, "sweep")]
+                      str(args.jobs_per_device), "--mps", args.mps,
+                      "--out", os.path.join(args.scratch, "sweep")]
     if args.devices:
         cmd += ["--devices", str(args.devices)]
     return cmd
 
 
-def run_once(cmd, env) -> dict:
+def run_once(cmd, env, timeout: float | None = None) -> dict:
     start = time.perf_counter()
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    try:
+        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as expired:
+        out = expired.stdout.decode() if isinstance(expired.stdout, bytes) else expired.stdout
+        return {"wall_s": time.perf_counter() - start, "returncode": "timeout",
+                "stdout_tail": (out or "")[-2000:]}
     wall = time.perf_counter() - start
     out = result.stdout
     row = {"wall_s": wall, "returncode": result.returncode}
@@ -67,27 +76,39 @@ def main() -> None:
     parser.add_argument("kind", choices=("example", "sweep"))
     parser.add_argument("data")
     parser.add_argument("--devices", type=int)
-    parser.add_argument("--jobs-per-device", type=int, default=1)
+    parser.add_argument("--jobs-per-device", default="1", help="N or auto (sweep)")
+    parser.add_argument("--mps", default="auto", choices=("auto", "on", "off"), help="(sweep)")
     parser.add_argument("--epochs", type=int)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="(example) the runs use the first; one warm run per further seed")
     parser.add_argument("--runs", nargs="+", default=["cold", "warm"], choices=("cold", "warm"))
+    parser.add_argument("--scratch", help="caches and outputs (kept); default: a temporary folder")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory() as scratch:
-        args.scratch = scratch
+    with tempfile.TemporaryDirectory() as temporary:
+        scratch = args.scratch = args.scratch or temporary
         env = dict(os.environ, JAXFLOWERS_CACHE_DIR=os.path.join(scratch, "cache"),
                    JAXFLOWERS_COMPILE_CACHE=os.path.join(scratch, "xla"))
         cmd = command(args)
         print(" ".join(cmd), flush=True)
-        for run in args.runs:
-            row = dict(run=run, kind=args.kind, devices=args.devices,
-                       jobs_per_device=args.jobs_per_device, **run_once(cmd, env))
+        plan = [(run, args.seeds[0]) for run in args.runs]
+        plan += [("warm", seed) for seed in args.seeds[1:]] if args.kind == "example" else []
+        for run, seed in plan:
+            if run == "cold":
+                for folder in ("cache", "xla"):
+                    shutil.rmtree(os.path.join(scratch, folder), ignore_errors=True)
+            row = dict(run=run, kind=args.kind, devices=args.devices, seed=seed, mps=args.mps,
+                       jobs_per_device=args.jobs_per_device,
+                       **run_once(cmd + ["--seed", str(seed)], env, args.timeout))
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(f"{'run':6s} {'wall s':>8s} {'compile s':>10s} {'train s':>8s} {'rest s':>7s}")
     for r in rows:
         rest = (r["wall_s"] - r["compile_s"] - r["train_s"]) if "compile_s" in r else None
-        print(f"{r['run']:6s} {r['wall_s']:8.1f} {r.get('compile_s', float('nan')):10.1f} "
+        name = f"{r['run']}{r['seed']}"
+        print(f"{name:6s} {r['wall_s']:8.1f} {r.get('compile_s', float('nan')):10.1f} "
               f"{r.get('train_s', float('nan')):8.1f} "
               f"{rest if rest is not None else float('nan'):7.1f}"
               + (f"  (run_sweep {r['run_sweep_s']:.1f} s)" if "run_sweep_s" in r else "")
