@@ -1,5 +1,6 @@
-"""Models: the ResNet family and the sweep's CIFAR networks (Flax linen modules)."""
+"""Models: the ResNet family, its torchvision/timm weights and the sweep's CIFAR networks."""
 from jaxflowers.models.cifar import CifarNet, cifar_net, cifar_width
+from jaxflowers.models.pretrained import Pretrained, imagenet_normalization, pretrained
 from jaxflowers.models.resnet import (
                                       BasicBlock,
                                       BottleneckBlock,
@@ -11,5 +12,6 @@ from jaxflowers.models.resnet import (
                                       resnet101,
 )
 
-__all__ = ["BasicBlock", "BottleneckBlock", "CifarNet", "ResNet", "cifar_net", "cifar_width",
-           "resnet", "resnet18", "resnet34", "resnet50", "resnet101"]
+__all__ = ["BasicBlock", "BottleneckBlock", "CifarNet", "Pretrained", "ResNet", "cifar_net",
+           "cifar_width", "imagenet_normalization", "pretrained", "resnet", "resnet18",
+           "resnet34", "resnet50", "resnet101"]

@@ -30,12 +30,14 @@ class BasicBlock(nn.Module):
     conv: ModuleDef
     norm: ModuleDef
     strides: tuple[int, int] = (1, 1)
+    padding: Any = "SAME"  # of the 3x3 convolutions (see ResNet.conv_padding)
     expansion = 1
 
     @nn.compact
     def __call__(self, x):
         residual = x
-        y = self.norm(relu=True)(self.conv(self.filters, (3, 3), self.strides)(x))
+        y = self.norm(relu=True)(self.conv(self.filters, (3, 3), self.strides,
+                                           padding=self.padding)(x))
         # Zero-initialised last scale: every block starts as the identity, which lets deep
         # nets trained from scratch take large learning rates (Goyal et al. 2017).
         y = self.norm(scale_init=nn.initializers.zeros)(self.conv(self.filters, (3, 3))(y))
@@ -52,13 +54,15 @@ class BottleneckBlock(nn.Module):
     conv: ModuleDef
     norm: ModuleDef
     strides: tuple[int, int] = (1, 1)
+    padding: Any = "SAME"  # of the 3x3 convolution (see ResNet.conv_padding)
     expansion = 4
 
     @nn.compact
     def __call__(self, x):
         residual = x
         y = self.norm(relu=True)(self.conv(self.filters, (1, 1))(x))
-        y = self.norm(relu=True)(self.conv(self.filters, (3, 3), self.strides)(y))
+        y = self.norm(relu=True)(self.conv(self.filters, (3, 3), self.strides,
+                                           padding=self.padding)(y))
         y = self.conv(self.filters * 4, (1, 1))(y)
         y = self.norm(scale_init=nn.initializers.zeros)(y)  # see BasicBlock
         if residual.shape != y.shape:
@@ -80,6 +84,9 @@ class ResNet(nn.Module):
         batch norm), or None for per-device statistics.
       stem: how the 7x7 stride-2 stem convolution is computed: "space_to_depth" (the same
         parameters and function, faster on GPUs; ``models/stem.py``) or "conv".
+      conv_padding: padding of the 3x3 convolutions: "same" (XLA's SAME: a stride-2 one pads
+        an even input by one row and column at the end only) or "symmetric" (one on every
+        side, as torchvision and timm; what their weights expect, ``models.pretrained``).
     """
 
     stage_sizes: Sequence[int]
@@ -89,6 +96,7 @@ class ResNet(nn.Module):
     dtype: Any = jnp.float32
     bn_axis_name: str | None = None
     stem: str = "space_to_depth"
+    conv_padding: str = "same"
 
     @nn.compact
     def __call__(self, x, train: bool = True):
@@ -105,17 +113,21 @@ class ResNet(nn.Module):
         else:
             raise ValueError(f"stem={self.stem!r}: expected 'space_to_depth' or 'conv'")
         x = norm(name="bn_init", relu=True)(x)
-        x = max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+        if self.conv_padding not in PADDINGS:
+            raise ValueError(f"conv_padding={self.conv_padding!r}: expected one of "
+                             f"{', '.join(PADDINGS)}")
+        x = max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)), train=train)
         for stage, num_blocks in enumerate(self.stage_sizes):
             for block in range(num_blocks):
                 strides = (2, 2) if stage > 0 and block == 0 else (1, 1)
                 x = self.block_cls(self.num_filters * 2**stage, conv=conv, norm=norm,
-                                   strides=strides)(x)
+                                   strides=strides, padding=PADDINGS[self.conv_padding])(x)
         x = jnp.mean(x, axis=(1, 2))
         x = Dense(self.num_classes, dtype=self.dtype, name="head")(x)
         return x.astype(jnp.float32)
 
 
+PADDINGS = {"same": "SAME", "symmetric": ((1, 1), (1, 1))}
 BLOCKS = {"basic": BasicBlock, "bottleneck": BottleneckBlock}
 # The published depths: (stage sizes, block).
 VARIANTS = {"resnet18": ((2, 2, 2, 2), "basic"), "resnet34": ((3, 4, 6, 3), "basic"),
@@ -123,15 +135,25 @@ VARIANTS = {"resnet18": ((2, 2, 2, 2), "basic"), "resnet34": ((3, 4, 6, 3), "bas
 
 
 def resnet(stage_sizes: Sequence[int], block: str = "bottleneck", num_classes: int = 1000,
-           **kwargs) -> ResNet:
+           *, weights=None, **kwargs):
     """A ResNet of any stage sizes (the published ones are ``resnet18`` ... ``resnet101``).
 
     Args:
       stage_sizes: blocks per stage, e.g. (3, 4, 6, 3).
       block: "basic" (two 3x3 convolutions) or "bottleneck" (1x1, 3x3, 1x1).
       num_classes: outputs of the head.
-      **kwargs: ``num_filters``, ``stem``, ``dtype``, ``bn_axis_name`` (see ``ResNet``).
+      weights: a torchvision or timm weights file to start from (``models.pretrained``),
+        or None for a freshly initialised network.
+      **kwargs: ``num_filters``, ``stem``, ``conv_padding``, ``dtype``, ``bn_axis_name``
+        (see ``ResNet``).
+
+    Returns:
+      A ``ResNet``; with ``weights``, a ``models.Pretrained`` holding one.
     """
+    if weights is not None:
+        from jaxflowers.models.pretrained import pretrained
+        spec = ("resnet", {"stage_sizes": list(stage_sizes), "block": block})
+        return pretrained(spec, num_classes, weights=weights, **kwargs)
     if block not in BLOCKS:
         raise ValueError(f"resnet(block={block!r}): use one of {', '.join(BLOCKS)}")
     return ResNet(stage_sizes=tuple(int(n) for n in stage_sizes), block_cls=BLOCKS[block],
@@ -141,7 +163,10 @@ def resnet(stage_sizes: Sequence[int], block: str = "bottleneck", num_classes: i
 def _variant(name: str) -> Callable[..., ResNet]:
     stage_sizes, block = VARIANTS[name]
 
-    def build(num_classes: int = 1000, **kwargs) -> ResNet:
+    def build(num_classes: int = 1000, *, weights=None, **kwargs):
+        if weights is not None:
+            from jaxflowers.models.pretrained import pretrained
+            return pretrained(name, num_classes, weights=weights, **kwargs)
         return resnet(stage_sizes, block, num_classes, **kwargs)
     build.__name__ = build.__qualname__ = name
     return build
@@ -152,8 +177,13 @@ resnet50.__doc__ = """ResNet-50 v1.5, He-normal init, batch norm (``imagePretrai
 
 Args:
   num_classes: number of output classes (5 for Flowers).
-  **kwargs: ``dtype``, ``bn_axis_name`` or ``num_filters`` (see ``ResNet``).
+  weights: a torchvision or timm ResNet-50 file (``.safetensors``, or ``.pth`` with torch)
+    to start from: ``imagePretrainedNetwork("resnet50", NumClasses=num_classes)``
+    (``models.pretrained``). None: freshly initialised.
+  **kwargs: ``dtype``, ``bn_axis_name``, ``num_filters``, ``stem`` or ``conv_padding``
+    (see ``ResNet``).
 
 Returns:
   A ``ResNet`` module; ``apply(variables, x, train=...)`` maps (B, H, W, 3) to (B, num_classes).
+  With ``weights``, a ``models.Pretrained`` holding one and its weights, for ``train``.
 """
