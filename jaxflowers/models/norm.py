@@ -97,6 +97,8 @@ class BatchNorm(nn.Module):
       scale_init, bias_init: initialisers of the (C,) parameters.
 
     The running averages follow flax: ``ra = momentum * ra + (1 - momentum) * batch``.
+    As flax's, ``__call__(x, use_running_average=None)`` may override the attribute (a
+    frozen layer normalises with its stored statistics in training too).
     """
 
     use_running_average: bool = False
@@ -109,14 +111,14 @@ class BatchNorm(nn.Module):
     bias_init: Callable = nn.initializers.zeros
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, use_running_average: bool | None = None):
         channels = x.shape[-1]
         ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((channels,), F32))
         ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((channels,), F32))
         scale = param(self, "scale", self.scale_init, (channels,))
         bias = param(self, "bias", self.bias_init, (channels,))
         x = jnp.asarray(x, self.dtype)
-        if self.use_running_average:
+        if self.use_running_average if use_running_average is None else use_running_average:
             mul = lax.rsqrt(ra_var.value + self.epsilon) * scale
             return _affine(x, ra_mean.value, mul, bias, self.relu, self.dtype)
         y, mean, var = batch_norm_train(x, scale, bias, self.epsilon, self.axis_name, self.relu)

@@ -137,7 +137,8 @@ def _check_fits(saved: dict, options: TrainingOptions, data, where: pathlib.Path
     if saved.get("format") != FORMAT:
         raise CheckpointError(f"{where} has checkpoint format {saved.get('format')!r}; this "
                               f"version reads format {FORMAT}")
-    now, then = _recipe(options), saved["recipe"]
+    # Fields newer than a checkpoint hold their default there.
+    now, then = _recipe(options), {"learn_rate_factors": [], **saved["recipe"]}
     differ = [f"{k} ({then.get(k)!r} there, {now[k]!r} now)" for k in now
               if then.get(k) != now[k]]
     if differ:
@@ -160,6 +161,7 @@ def _recipe(options: TrainingOptions) -> dict:
     values["squared_gradient_decay_factor"] = options.squared_decay
     values["augmentation"] = repr(values["augmentation"])
     values["metrics"] = list(options.metrics)
+    values["learn_rate_factors"] = [list(pair) for pair in options.learn_rate_factors]
     schedule = options.learn_rate_schedule
     values["learn_rate_schedule"] = schedule if isinstance(schedule, str) else repr(schedule)
     values["schedule_epochs"] = (options.max_epochs if spans_training(schedule) else None)

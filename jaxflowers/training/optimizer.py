@@ -14,6 +14,7 @@ import optax
 from jaxflowers import schedules
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.training.layout import FlatParams
+from jaxflowers.training.learn_rates import scale_updates
 
 
 def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int) -> optax.Schedule:
@@ -30,7 +31,8 @@ def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int) -> optax
 
 
 def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
-                   layout: FlatParams | None = None) -> optax.GradientTransformation:
+                   layout: FlatParams | None = None,
+                   factors: list[float] | None = None) -> optax.GradientTransformation:
     """The solver with L2 regularisation, gradient clipping and the learning-rate schedule.
 
     L2 is added to the gradient first (``add_decayed_weights``), as MATLAB's
@@ -38,7 +40,9 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
     and handed to the solver. The step applies this to the all-reduced gradient, so every
     device clips the same gradient. Every transformation but the per-parameter "l2norm"
     clip is elementwise; that one finds each tensor in a flat vector by ``layout`` (None:
-    the parameters are a tree).
+    the parameters are a tree). ``factors`` (one per parameter leaf, from
+    ``learn_rates.factors``) multiply the solver's update last: each parameter's rate is the
+    schedule's times its factor (``setLearnRateFactor``).
     """
     schedule = learn_rate_schedule(options, steps_per_epoch)
     if options.solver == "sgdm":
@@ -56,6 +60,8 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
     if not math.isinf(options.gradient_threshold):
         chain.append(_clip(options.gradient_threshold_method, options.gradient_threshold,
                            layout))
+    if factors is not None:
+        return optax.chain(*chain, solver, scale_updates(factors, layout))
     return optax.chain(*chain, solver) if chain else solver
 
 

@@ -41,6 +41,7 @@ import numpy as np
 from jaxflowers.data.augment import Augmentation, normalize
 from jaxflowers.models.norm import BatchNorm
 from jaxflowers.parallel.data_parallel import AXIS
+from jaxflowers.training.learn_rates import frozen_layers, keep_frozen_stats
 
 _NORMS = (BatchNorm, nn.BatchNorm)
 _COLLECTION = "population_moments"
@@ -58,7 +59,7 @@ def _record_moments(next_fun, args, kwargs, context):
     return next_fun(*args, **kwargs)
 
 
-def batch_moments(model, variables: dict, x: jax.Array) -> dict:
+def batch_moments(model, variables: dict, x: jax.Array, frozen: frozenset = frozenset()) -> dict:
     """Per batch-norm layer, the float32 (2, C) first and second moments of its input.
 
     The forward pass runs in training mode (each layer normalises with its batch's
@@ -69,13 +70,15 @@ def batch_moments(model, variables: dict, x: jax.Array) -> dict:
         ``flax.linen``'s) are each called once per forward pass.
       variables: ``{"params": ..., "batch_stats": ...}`` (trees, not flat vectors).
       x: (B, H, W, C) normalised inputs in the model's compute dtype.
+      frozen: module paths of frozen batch-norm layers, which normalise with their stored
+        statistics (as in training; ``learn_rates.frozen_layers``).
 
     Returns:
       A tree shaped like ``variables["batch_stats"]`` whose leaves' parents hold
       ``"moments"``: ``{"BatchNorm_0": {"moments": (2, C)}, ...}``. Average it over
       batches (and ``pmean`` it over devices) before :func:`moments_to_statistics`.
     """
-    with nn.intercept_methods(_record_moments):
+    with nn.intercept_methods(_record_moments), frozen_layers(frozen):
         _, state = model.apply(variables, x, train=True,
                                mutable=["batch_stats", _COLLECTION])
     return jax.tree.map(lambda sown: sown[0], state[_COLLECTION],
@@ -153,7 +156,7 @@ def _weighted_moments(model, variables, images, stats, keys, augmentation, dtype
 
 
 def resident_pass(variables, images, order, stats, seed, *, model, dtype, augmentation,
-                  count: int) -> dict:
+                  count: int, frozen: frozenset = frozenset()) -> dict:
     """Per device: ``variables`` with population statistics from the resident training set.
 
     Args:
@@ -170,30 +173,35 @@ def resident_pass(variables, images, order, stats, seed, *, model, dtype, augmen
     def add(total, rows):
         moments = pass_moments(variables, jnp.take(images, rows, axis=0), stats,
                                keys=jnp.take(keys, rows, axis=0), model=model, dtype=dtype,
-                               augmentation=augmentation)
+                               augmentation=augmentation, frozen=frozen)
         return jax.tree.map(jnp.add, total, moments), None
 
     first = pass_moments(variables, jnp.take(images, order[0], axis=0), stats,
                          keys=jnp.take(keys, order[0], axis=0), model=model, dtype=dtype,
-                         augmentation=augmentation)
+                         augmentation=augmentation, frozen=frozen)
     total, _ = jax.lax.scan(add, first, order[1:])
-    return with_population(variables, total, order.shape[0])
+    return with_population(variables, total, order.shape[0], frozen)
 
 
-def pass_moments(variables, images, stats, *, keys, model, dtype, augmentation) -> dict:
+def pass_moments(variables, images, stats, *, keys, model, dtype, augmentation,
+                 frozen: frozenset = frozenset()) -> dict:
     """Per device: :func:`batch_moments` of this device's rows of a global mini-batch
     (uint8, augmented with ``keys``), averaged over the devices (equal rows on each, so the
     mean of their means is the global batch's)."""
     if augmentation is not None:
         images = augmentation(images, keys)
-    moments = batch_moments(model, variables, normalize(images, stats[0], stats[1], dtype))
+    moments = batch_moments(model, variables, normalize(images, stats[0], stats[1], dtype),
+                            frozen)
     return jax.lax.pmean(moments, AXIS)
 
 
-def with_population(variables: dict, total: dict, batches: int) -> dict:
+def with_population(variables: dict, total: dict, batches: int,
+                    frozen: frozenset = frozenset()) -> dict:
     """``variables`` whose batch-norm statistics come from ``total``, the summed
-    :func:`batch_moments` of ``batches`` equal-sized mini-batches."""
+    :func:`batch_moments` of ``batches`` equal-sized mini-batches (the ``frozen`` layers'
+    kept as they are)."""
     statistics = moments_to_statistics(jax.tree.map(lambda t: t / batches, total))
+    statistics = keep_frozen_stats(statistics, variables["batch_stats"], frozen)
     return {**variables, "batch_stats": statistics}
 
 
@@ -209,7 +217,7 @@ def compile_pass(program):
 
     parallel, options, feed = program.parallel, program.options, program.feed
     kwargs = dict(model=program.population_model, dtype=program.dtype,
-                  augmentation=options.augmentation)
+                  augmentation=options.augmentation, frozen=program.frozen)
     batches = feed.steps_per_epoch
     order = np.arange(batches * options.mini_batch_size, dtype=np.int32).reshape(batches, -1)
     if not isinstance(feed, ResidentData):
@@ -245,8 +253,8 @@ class _StreamedPopulation:
 
         self._add = parallel.wrap(add, (REPLICATED, REPLICATED, sharded(0), sharded(0),
                                         REPLICATED), REPLICATED, donate_argnums=(0,))
-        self._finish = parallel.wrap(functools.partial(with_population,
-                                                       batches=len(order)),
+        self._finish = parallel.wrap(functools.partial(with_population, batches=len(order),
+                                                       frozen=kwargs["frozen"]),
                                      (REPLICATED, REPLICATED), REPLICATED)
 
     def __call__(self, variables, arrays, stats):

@@ -46,7 +46,11 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
         when ``execution.data_placement`` says so (or, on "auto", when it is too large).
       model: a flax module mapping (B, H, W, C) to (B, num_classes) logits; modules with
         ``dtype`` / ``bn_axis_name`` fields get the compute precision and, with
-        ``sync_batch_norm``, the mesh axis.
+        ``sync_batch_norm``, the mesh axis. Or a network with weights to start from
+        (transfer learning): a ``models.Pretrained`` (``models.pretrained``) or a
+        ``TrainedNet``; variables it lacks (a fresh head) are drawn from ``options.seed``,
+        and its ``normalization`` replaces the training set's statistics (so the returned
+        network keeps it).
       options: ``TrainingOptions``; ``mini_batch_size`` is the global batch.
       execution: how the run uses the hardware (``ExecutionOptions``, or a dict of its
         fields); default: every "auto".
@@ -69,6 +73,7 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     """
     if not isinstance(options, TrainingOptions):
         raise TypeError(f"options must be TrainingOptions, not {type(options).__name__}")
+    model, start = (model.model, model) if _has_weights(model) else (model, None)
     check_training(data, model, options)
     execution = _execution(execution)
     parallel = DataParallel(select_devices(options.execution_environment, execution.num_devices),
@@ -80,7 +85,8 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     platform = parallel.devices[0].platform
     resolved = execution.resolve(platform, input_shape, streamed=feed.kind == "stream")
     program = TrainProgram(parallel, model, options, resolved, feed=feed,
-                           input_shape=input_shape, sync_batch_norm=execution.sync_batch_norm)
+                           input_shape=input_shape, sync_batch_norm=execution.sync_batch_norm,
+                           start=start)
     shapes = program.tree_state_shapes()
     if keeps_networks(options):  # checkpoints hold the best network too
         shapes = {**shapes, "best": program.variable_shapes_local()}
@@ -214,6 +220,11 @@ class _Run:
                 f"{len(self.data)} images {placement}, mini-batch {opts.mini_batch_size} "
                 f"({opts.mini_batch_size // count} per device), "
                 f"{program.feed.steps_per_epoch} iterations per epoch{resumed}")
+
+
+def _has_weights(model) -> bool:
+    """Whether ``model`` is a network with weights (``Pretrained``, ``TrainedNet``)."""
+    return all(hasattr(model, name) for name in ("model", "variables", "normalization"))
 
 
 def _execution(execution) -> ExecutionOptions:
