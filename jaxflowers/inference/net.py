@@ -58,6 +58,23 @@ class TrainedNet:
             raise TypeError(f"cannot save the network to {path}: {error}") from None
         return netfile.write(path, plain)
 
+    def export(self, path: str | os.PathLike):
+        """Write this network as serialized StableHLO (``jax.export``) to ``path``: uint8
+        (B, H, W, C) images in, float32 softmax scores out, normalisation included; JAX
+        alone runs it (``jax.export.deserialize(data).call(images)``). Returns the path."""
+        from jaxflowers.inference.export import export_stablehlo
+
+        return export_stablehlo(self, path)
+
+    def export_onnx(self, path: str | os.PathLike, *, opset: int | None = None):
+        """Write this network as ONNX to ``path`` (``exportONNXNetwork``): input "images"
+        uint8 (batch, H, W, C), output "scores" float32 (batch, classes), normalisation
+        included, computed in float32; opset ``inference.export.OPSET`` by default. Needs
+        jax2onnx (``pip install "jaxflowers[export]"``). Returns the path."""
+        from jaxflowers.inference.export import OPSET, export_onnx
+
+        return export_onnx(self, path, opset=opset or OPSET)
+
     def to_dict(self) -> dict:
         """The network as JSON-able data and numpy arrays: the model as its registry spec
         (``recipes.model_spec``) and dtype, the variables, classes, normalization and input
