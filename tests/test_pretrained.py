@@ -121,3 +121,28 @@ def test_a_pth_state_dict_loads_like_its_safetensors(tmp_path):
     images, want = reference("resnet_bottleneck_tiny")
     np.testing.assert_allclose(logits(jf.models.pretrained(spec, weights=path), images), want,
                                atol=1e-4, rtol=0)
+
+
+def test_flowers_pretrained_recipe_fine_tunes_with_the_head_at_ten_times():
+    from jaxflowers import recipes
+
+    recipe = recipes.recipe("flowers-pretrained")
+    assert recipe.needs_weights and recipe.data == "flowers" and recipe.model == "resnet50"
+    opts = recipe.options(2, 3303)
+    assert (opts.solver, opts.mini_batch_size, opts.learn_rate) == ("adam", 256, 2e-4)
+    assert opts.learn_rate_factors == (("head", 10.0),)
+    assert opts.augmentation == recipes.augmentation("flowers")
+    assert recipes.recipe_for("digits", weights=True) is recipe
+
+
+def test_train_command_refuses_a_recipe_without_weights_and_the_wrong_file(capsys):
+    from jaxflowers.cli import main
+
+    assert main(["train", "--recipe", "flowers-pretrained", "--quiet"]) == 1
+    assert capsys.readouterr().err.startswith(
+        "error: --recipe flowers-pretrained fine-tunes pretrained weights: give --weights PATH")
+    assert main(["train", "--data", "digits", "--weights",
+                 str(weights("resnet_bottleneck_tiny")), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "resnet_bottleneck_tiny.safetensors is not a resnet50: tensor 'layer1.0.bn1.bias'" in err
+    assert err.count("\n") == 1
