@@ -73,7 +73,8 @@ def test_another_architecture_or_depth_names_the_file_and_first_tensor():
     basic, bottleneck = weights("resnet_basic_tiny"), weights("resnet_bottleneck_tiny")
     spec = NETS["resnet_bottleneck_tiny"][0]
     with pytest.raises(ValueError, match=r"resnet_basic_tiny.safetensors is not a resnet of "
-                                         r"stages \(1, 1, 1, 1\) \(bottleneck blocks\): it has "
+                                         r"stages \(1, 1, 1, 1\) \(bottleneck blocks\), 8 first-stage "
+                                         r"filters: it has "
                                          r"no tensor 'layer1.0.bn3.bias' \(for "
                                          r"BottleneckBlock_0/BatchNorm_2/bias\)"):
         jf.models.pretrained(spec, weights=basic)

@@ -1,10 +1,11 @@
 """Models: the ResNet family, its torchvision/timm weights and the sweep's CIFAR networks."""
 from jaxflowers.models.cifar import CifarNet, cifar_net, cifar_width
-from jaxflowers.models.pretrained import Pretrained, imagenet_normalization, pretrained
+from jaxflowers.models.weights import Pretrained, imagenet_normalization
 from jaxflowers.models.resnet import (
                                       BasicBlock,
                                       BottleneckBlock,
                                       ResNet,
+                                      pretrained,
                                       resnet,
                                       resnet18,
                                       resnet34,

@@ -151,7 +151,6 @@ def resnet(stage_sizes: Sequence[int], block: str = "bottleneck", num_classes: i
       A ``ResNet``; with ``weights``, a ``models.Pretrained`` holding one.
     """
     if weights is not None:
-        from jaxflowers.models.pretrained import pretrained
         spec = ("resnet", {"stage_sizes": list(stage_sizes), "block": block})
         return pretrained(spec, num_classes, weights=weights, **kwargs)
     if block not in BLOCKS:
@@ -165,11 +164,59 @@ def _variant(name: str) -> Callable[..., ResNet]:
 
     def build(num_classes: int = 1000, *, weights=None, **kwargs):
         if weights is not None:
-            from jaxflowers.models.pretrained import pretrained
             return pretrained(name, num_classes, weights=weights, **kwargs)
         return resnet(stage_sizes, block, num_classes, **kwargs)
     build.__name__ = build.__qualname__ = name
     return build
+
+
+def pretrained(name, num_classes: int | None = None, *, weights, **kwargs):
+    """A ResNet with torchvision or timm weights (``imagePretrainedNetwork``).
+
+    Args:
+      name: "resnet18", "resnet34", "resnet50" or "resnet101", or a registry spec
+        ``("resnet", {"stage_sizes": [...], "block": ..., "num_filters": ...})``.
+      num_classes: outputs of the head. The file's own head is kept when it has this many
+        outputs (or when None); otherwise the head is fresh, drawn when training starts, as
+        MATLAB's ``imagePretrainedNetwork(name, NumClasses=n)``.
+      weights: a ``.safetensors`` file (timm's and the hub's format; read without torch),
+        or a torchvision ``.pth`` state dict (``torch.load(weights_only=True)``; needs
+        torch). Nothing is downloaded.
+      **kwargs: further ``ResNet`` fields (``dtype``, ``stem``).
+
+    Returns:
+      A ``models.Pretrained`` for ``train``: the module (torchvision's padding,
+      ``conv_padding="symmetric"``), its weights and ImageNet's normalisation.
+
+    Raises:
+      FileNotFoundError: no file at ``weights``.
+      ValueError: ``num_classes`` < 1, an unreadable or truncated file, or one whose
+        tensors are not this network's; the message names the file and the first tensor
+        that differs.
+    """
+    from jaxflowers.models import weights as loading
+
+    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(
+            num_classes, int) or num_classes < 1):
+        raise ValueError(f"num_classes={num_classes!r} must be a positive integer or None")
+    stage_sizes, block, arch, kwargs = _named(name, kwargs)
+    classes = num_classes or loading.head_size(weights)
+    model = resnet(stage_sizes, block, classes, **{**kwargs, "conv_padding": "symmetric"})
+    if model.num_filters != 64:
+        arch += f", {model.num_filters} first-stage filters"
+    return loading.load(model, weights, arch)
+
+
+def _named(name, kwargs: dict):
+    """(stage sizes, block, a name for messages, ResNet fields) of a name or spec."""
+    if isinstance(name, str) and name in VARIANTS:
+        return (*VARIANTS[name], name, kwargs)
+    if isinstance(name, (tuple, list)) and len(name) == 2 and name[0] == "resnet":
+        fields = {**name[1], **kwargs}
+        sizes, block = tuple(fields.pop("stage_sizes")), fields.pop("block", "bottleneck")
+        return sizes, block, f"resnet of stages {sizes} ({block} blocks)", fields
+    raise ValueError(f"pretrained({name!r}): weights load into {', '.join(VARIANTS)} or "
+                     "('resnet', {'stage_sizes': [...], 'block': ...})")
 
 
 resnet18, resnet34, resnet50, resnet101 = map(_variant, VARIANTS)

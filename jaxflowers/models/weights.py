@@ -1,4 +1,7 @@
-"""ResNet weights from torchvision and timm files (MATLAB's ``imagePretrainedNetwork``).
+"""Loading torchvision and timm ResNet weights: the files, the name mapping, ``Pretrained``.
+
+``models.pretrained`` (and ``weights=`` on the ResNet factories, ``models/resnet.py``)
+builds the network and calls :func:`load`; this module reads the file and maps its names.
 
 torchvision's and timm's ResNets (``resnet18`` ... ``resnet101``, v1.5) have the same
 layers as ``models.resnet`` and name them::
@@ -76,45 +79,26 @@ def imagenet_normalization() -> tuple[np.ndarray, np.ndarray]:
             np.asarray(IMAGENET_STD, np.float32) * 255)
 
 
-def pretrained(name, num_classes: int | None = None, *, weights: str | os.PathLike,
-               **kwargs) -> Pretrained:
-    """A ResNet with torchvision or timm weights (``imagePretrainedNetwork``).
-
-    Args:
-      name: "resnet18", "resnet34", "resnet50" or "resnet101", or a registry spec
-        ``("resnet", {"stage_sizes": [...], "block": ...})`` for other depths.
-      num_classes: outputs of the head. The file's own head is kept when it has this many
-        outputs (or when None); otherwise the head is fresh, as MATLAB's
-        ``imagePretrainedNetwork(name, NumClasses=n)``.
-      weights: a ``.safetensors`` file (timm's and the hub's format; read without torch),
-        or a torchvision ``.pth`` state dict (read with ``torch.load(weights_only=True)``;
-        needs torch). Nothing is downloaded.
-      **kwargs: further ``ResNet`` fields (``dtype``, ``num_filters``, ``stem``).
-
-    Returns:
-      A :class:`Pretrained` for ``train``.
+def load(model, path: str | os.PathLike, arch: str) -> Pretrained:
+    """``model`` (a ResNet with ``conv_padding="symmetric"``) with the weights at ``path``.
 
     Raises:
-      FileNotFoundError: no file at ``weights``.
-      ValueError: ``num_classes`` < 1, an unreadable or truncated file, or one whose
-        tensors are not this network's; the message names the file and the first tensor
-        that differs.
+      FileNotFoundError: no file at ``path``.
+      ValueError: an unreadable or truncated file, or one whose tensors are not ``arch``'s
+        (a name for messages); the message names the file and the first tensor that differs.
     """
-    from jaxflowers.recipes import build_model
-
-    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(
-            num_classes, int) or num_classes < 1):
-        raise ValueError(f"num_classes={num_classes!r} must be a positive integer or None")
-    path = pathlib.Path(weights).expanduser()
-    state = read_state_dict(path)
-    spec = (name, {}) if isinstance(name, str) else (name[0], dict(name[1]))
-    file_classes = _file_classes(state)
-    if num_classes is None and file_classes is None:
-        raise ValueError(f"{path} has no fc layer (a classification head); give num_classes")
-    spec[1].update(kwargs, conv_padding="symmetric", num_classes=num_classes or file_classes)
-    model = build_model(spec)
-    variables = convert(model, state, path)
+    path = pathlib.Path(path).expanduser()
+    variables = convert(model, read_state_dict(path), path, arch)
     return Pretrained(model, variables, imagenet_normalization(), str(path))
+
+
+def head_size(path: str | os.PathLike) -> int:
+    """The number of outputs of the fc layer in the weights file at ``path``."""
+    path = pathlib.Path(path).expanduser()
+    fc = _strip(read_state_dict(path)).get("fc.weight")
+    if fc is None or fc.ndim != 2:
+        raise ValueError(f"{path} has no fc layer (a classification head); give num_classes")
+    return int(fc.shape[0])
 
 
 def read_state_dict(path: pathlib.Path) -> dict[str, np.ndarray]:
@@ -155,11 +139,6 @@ def _read_torch(path: pathlib.Path) -> dict[str, np.ndarray]:
             for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
-def _file_classes(state: dict) -> int | None:
-    fc = _strip(state).get("fc.weight")
-    return int(fc.shape[0]) if fc is not None and fc.ndim == 2 else None
-
-
 def _strip(state: dict) -> dict:
     """The state dict without DistributedDataParallel's ``module.`` prefix."""
     if state and all(k.startswith("module.") for k in state):
@@ -197,7 +176,7 @@ def _block_position(k: int, stage_sizes) -> tuple[int, int]:
     raise ValueError(f"block {k} is beyond stages {tuple(stage_sizes)}")
 
 
-def convert(model, state: dict, path) -> dict:
+def convert(model, state: dict, path, arch: str) -> dict:
     """Our ``{"params", "batch_stats"}`` of ``model`` from a torchvision state dict.
 
     The head is left out when the file's has another number of outputs. Raises
@@ -210,7 +189,6 @@ def convert(model, state: dict, path) -> dict:
     state = _strip(state)
     shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros(
         (1, 32, 32, 3), jnp.float32), train=False))
-    arch = _describe(model)
     variables, used = {}, {k for k in state if k.endswith("num_batches_tracked")}
     leaves = [(keys, leaf) for collection in ("params", "batch_stats")  # torch's order
               for keys, leaf in jax.tree_util.tree_leaves_with_path({collection: shapes.get(
@@ -258,13 +236,3 @@ def _is_head_width_only(state: dict, model) -> bool:
     """Whether the file's fc differs from the head in its outputs only."""
     fc = state.get("fc.weight")
     return fc is not None and fc.ndim == 2 and fc.shape[0] != model.num_classes
-
-
-def _describe(model) -> str:
-    from jaxflowers.recipes import model_spec
-
-    name, kwargs = model_spec(model)
-    if name == "resnet":
-        return f"resnet of stages {tuple(kwargs['stage_sizes'])} ({kwargs['block']} blocks)"
-    width = f", {model.num_filters} first-stage filters" if model.num_filters != 64 else ""
-    return f"{name}{width}"
