@@ -138,3 +138,25 @@ def test_a_pattern_that_matches_nothing_is_refused_naming_the_layers(digits):
                                          r"layers are BatchNorm_0, BatchNorm_1, BatchNorm_2, "
                                          r"Conv_0"):
         jf.train(digits.subset(np.arange(64)), jf.models.cifar_net(1), opts)
+
+
+def test_a_fine_tuning_run_resumes_exactly_and_a_trained_net_trains_on(digits, loaded,
+                                                                       tmp_path):
+    """Stopped after its first epoch (``output_fn``) and resumed from the checkpoint, a
+    run with frozen layers ends where the uninterrupted one does, bit for bit; its result
+    can itself be trained further, keeping the normalisation it was trained with."""
+    data = digits.subset(np.arange(64))
+    opts = jf.TrainingOptions(solver="adam", initial_learn_rate=1e-3, mini_batch_size=32,
+                              max_epochs=2, shuffle="every-epoch", verbose=False,
+                              learn_rate_factors={"conv_init": 0.0, "bn_init": 0.0,
+                                                  "head": 10.0})
+    whole, _ = jf.train(data, loaded, opts)
+    stop = lambda message: message.get("iteration") == 2  # noqa: E731 (the first epoch)
+    _, info = jf.train(data, loaded, opts.replace(output_fn=stop, checkpoint_path=tmp_path))
+    assert info.stopped_by is jf.StopReason.OUTPUT_FN
+    resumed, _ = jf.train(data, loaded, opts.replace(checkpoint_path=tmp_path),
+                          resume=tmp_path)
+    assert _same(resumed.variables, whole.variables)
+    again, _ = jf.train(data, whole, opts.replace(max_epochs=1))
+    assert _same(again.variables["params"]["conv_init"], loaded.variables["params"]["conv_init"])
+    np.testing.assert_array_equal(again.normalization[1], loaded.normalization[1])
