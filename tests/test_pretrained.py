@@ -73,9 +73,9 @@ def test_another_architecture_or_depth_names_the_file_and_first_tensor():
     basic, bottleneck = weights("resnet_basic_tiny"), weights("resnet_bottleneck_tiny")
     spec = NETS["resnet_bottleneck_tiny"][0]
     with pytest.raises(ValueError, match=r"resnet_basic_tiny.safetensors is not a resnet of "
-                                         r"stages \(1, 1, 1, 1\) \(bottleneck blocks\), 8 first-stage "
-                                         r"filters: it has "
-                                         r"no tensor 'layer1.0.bn3.bias' \(for "
+                                         r"stages \(1, 1, 1, 1\) \(bottleneck blocks\), 8 "
+                                         r"first-stage filters: it has no tensor "
+                                         r"'layer1.0.bn3.bias' \(for "
                                          r"BottleneckBlock_0/BatchNorm_2/bias\)"):
         jf.models.pretrained(spec, weights=basic)
     shallower = ("resnet", {"stage_sizes": [1, 1, 1, 1], "block": "basic", "num_filters": 8})
@@ -147,3 +147,20 @@ def test_train_command_refuses_a_recipe_without_weights_and_the_wrong_file(capsy
     err = capsys.readouterr().err
     assert "resnet_bottleneck_tiny.safetensors is not a resnet50: tensor 'layer1.0.bn1.bias'" in err
     assert err.count("\n") == 1
+
+
+def test_bfloat16_files_load_as_float32(tmp_path):
+    import jax.numpy as jnp
+    from safetensors.flax import save_file
+    from safetensors.numpy import load_file
+
+    state = load_file(weights("resnet_bottleneck_tiny"))
+    halved = {k: jnp.asarray(v, jnp.bfloat16) if v.dtype == np.float32 else jnp.asarray(v)
+              for k, v in state.items()}
+    save_file(halved, tmp_path / "bf16.safetensors")
+    spec = NETS["resnet_bottleneck_tiny"][0]
+    net = jf.models.pretrained(spec, weights=tmp_path / "bf16.safetensors")
+    kernel = net.variables["params"]["conv_init"]["kernel"]
+    assert kernel.dtype == np.float32
+    np.testing.assert_array_equal(kernel, np.asarray(halved["conv1.weight"], np.float32)
+                                  .transpose(2, 3, 1, 0))

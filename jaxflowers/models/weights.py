@@ -111,10 +111,21 @@ def read_state_dict(path: pathlib.Path) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
     try:
-        return load_file(str(path))
+        try:
+            return load_file(str(path))
+        except TypeError:  # bfloat16, which numpy lacks: read through JAX
+            return _load_bfloat16(path)
     except (SafetensorError, OSError, ValueError, TypeError) as error:
         raise ValueError(f"cannot read weights from {path}: not a complete safetensors file "
                          f"({type(error).__name__}: {error})") from None
+
+
+def _load_bfloat16(path: pathlib.Path) -> dict[str, np.ndarray]:
+    """A safetensors file holding bfloat16 tensors, every float as float32."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="flax") as file:
+        return {key: np.asarray(file.get_tensor(key), np.float32) for key in file.keys()}
 
 
 def _read_torch(path: pathlib.Path) -> dict[str, np.ndarray]:

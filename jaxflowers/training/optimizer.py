@@ -57,6 +57,10 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
     chain = []
     if options.l2_regularization:
         chain.append(optax.add_decayed_weights(options.l2_regularization))
+        if factors is not None and 0.0 in factors:
+            # Frozen parameters' weight decay would count in a gradient norm and the
+            # solver's moments: zero it (their gradient is zero already).
+            chain.append(scale_updates([0.0 if f == 0.0 else 1.0 for f in factors], layout))
     if not math.isinf(options.gradient_threshold):
         chain.append(_clip(options.gradient_threshold_method, options.gradient_threshold,
                            layout))
