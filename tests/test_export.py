@@ -39,11 +39,17 @@ def resnet():
     ref = json.loads((FIXTURES / "resnet_bottleneck_tiny.json").read_text())
     images = np.frombuffer(base64.b64decode(ref["images"]), np.uint8).reshape(ref["shape"])
     loaded = jf.models.pretrained(TINY, weights=FIXTURES / "resnet_bottleneck_tiny.safetensors")
-    net = jf.TrainedNet(loaded.model, loaded.variables, tuple("abcde"), loaded.normalization,
-                        images.shape[1:])
-    logits = np.asarray(ref["logits"])
+    with pytest.raises(TypeError, match="predict takes a TrainedNet, not a Pretrained"):
+        jf.predict(loaded, images)
+    net = jf.TrainedNet.from_pretrained(loaded, tuple("abcde"), images.shape[1:])
+    np.testing.assert_allclose(jf.predict(net, images), _softmax(ref["logits"]), atol=1e-6)
+    return net, images, _softmax(ref["logits"])
+
+
+def _softmax(logits):
+    logits = np.asarray(logits)
     scores = np.exp(logits - logits.max(1, keepdims=True))
-    return net, images, scores / scores.sum(1, keepdims=True)
+    return scores / scores.sum(1, keepdims=True)
 
 
 def _images(digits, n):

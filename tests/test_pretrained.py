@@ -63,6 +63,9 @@ def test_factories_take_weights_and_a_new_class_count_gets_a_fresh_head():
     fresh = jf.models.pretrained(spec, 3, weights=weights("resnet_basic_tiny"))
     assert fresh.fresh_head and fresh.model.num_classes == 3
     assert "head" not in fresh.variables["params"]
+    with pytest.raises(ValueError, match="head is fresh"):
+        jf.TrainedNet.from_pretrained(fresh)
+    assert jf.TrainedNet.from_pretrained(kept).class_names == tuple("0123456")
     for module in (("conv_init",), ("BasicBlock_2", "Conv_0")):  # the rest is the file's
         np.testing.assert_array_equal(_at(fresh.variables["params"], module)["kernel"],
                                       _at(kept.variables["params"], module)["kernel"])

@@ -92,6 +92,31 @@ class TrainedNet:
                 "input_shape": [int(v) for v in self.input_shape]}
 
     @classmethod
+    def from_pretrained(cls, pretrained, class_names=None,
+                        input_shape=(224, 224, 3)) -> "TrainedNet":
+        """A ``models.Pretrained`` with its file's head as a network to predict with or
+        export (MATLAB's ``imagePretrainedNetwork`` then ``minibatchpredict``).
+
+        Args:
+          pretrained: from ``models.pretrained`` with the file's number of classes.
+          class_names: one name per output (default "0", "1", ...).
+          input_shape: (H, W, C) of the images it will be given.
+
+        Raises:
+          ValueError: the head is fresh (untrained), or ``class_names`` is of another length.
+        """
+        if pretrained.fresh_head:
+            raise ValueError("this pretrained network's head is fresh (untrained): train it "
+                             "first, or load it with the file's number of classes")
+        count = pretrained.model.num_classes
+        names = tuple(str(c) for c in (class_names or range(count)))
+        if len(names) != count:
+            raise ValueError(f"{len(names)} class names for a head of {count} outputs")
+        return cls(model=pretrained.model, variables=pretrained.variables, class_names=names,
+                   normalization=pretrained.normalization,
+                   input_shape=tuple(int(v) for v in input_shape))
+
+    @classmethod
     def from_dict(cls, plain: dict) -> "TrainedNet":
         """The network ``to_dict`` described; only registry networks are built."""
         import jax.numpy as jnp
