@@ -19,6 +19,7 @@ import numpy as np
 from jaxflowers.data.feed import ResidentData, choose_placement, image_shape
 from jaxflowers.host import signals
 from jaxflowers.inference.net import TrainedNet
+from jaxflowers.models.weights import Pretrained
 from jaxflowers.options.execution import ExecutionOptions
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.parallel.data_parallel import DataParallel, select_devices
@@ -73,7 +74,8 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     """
     if not isinstance(options, TrainingOptions):
         raise TypeError(f"options must be TrainingOptions, not {type(options).__name__}")
-    model, start = (model.model, model) if _has_weights(model) else (model, None)
+    model, start = ((model.model, model) if isinstance(model, (Pretrained, TrainedNet))
+                    else (model, None))
     check_training(data, model, options)
     execution = _execution(execution)
     parallel = DataParallel(select_devices(options.execution_environment, execution.num_devices),
@@ -220,11 +222,6 @@ class _Run:
                 f"{len(self.data)} images {placement}, mini-batch {opts.mini_batch_size} "
                 f"({opts.mini_batch_size // count} per device), "
                 f"{program.feed.steps_per_epoch} iterations per epoch{resumed}")
-
-
-def _has_weights(model) -> bool:
-    """Whether ``model`` is a network with weights (``Pretrained``, ``TrainedNet``)."""
-    return all(hasattr(model, name) for name in ("model", "variables", "normalization"))
 
 
 def _execution(execution) -> ExecutionOptions:
