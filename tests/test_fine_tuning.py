@@ -28,12 +28,16 @@ def _same(a, b) -> bool:
     return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
-@pytest.mark.parametrize("execution", LAYOUTS, ids=["1-tree", "4-flat", "4-tree"])
+# The population pass works on the tree whatever the layout: run it once, on 4 devices.
+@pytest.mark.parametrize("execution,statistics", list(zip(LAYOUTS, ("moving", "moving",
+                                                                    "population"))),
+                         ids=["1-tree", "4-flat", "4-tree-population"])
 def test_frozen_layers_stay_bit_identical_through_training_and_population(digits, loaded,
-                                                                          execution):
+                                                                          execution, statistics):
     frozen = ("conv_init", "bn_init", "BottleneckBlock_0")
     opts = jf.TrainingOptions(solver="adam", initial_learn_rate=1e-3, mini_batch_size=32,
-                              max_epochs=1, verbose=False, learn_rate_factors={
+                              max_epochs=1, verbose=False,
+                              batch_normalization_statistics=statistics, learn_rate_factors={
                                   **{name: 0.0 for name in frozen}, "head": 10.0})
     net, _ = jf.train(digits.subset(np.arange(96)), loaded, opts, execution=execution)
     for collection in ("params", "batch_stats"):
@@ -49,7 +53,7 @@ def test_frozen_layers_stay_bit_identical_through_training_and_population(digits
 def test_fine_tuned_network_saves_loads_predicts_and_a_sweep_job_trains_one(digits, tmp_path):
     train, test = digits.split_each_label(0.5, seed=0)
     options = {"solver": "adam", "initial_learn_rate": 1e-3, "mini_batch_size": 32,
-               "max_epochs": 1, "verbose": False,
+               "max_epochs": 1, "verbose": False, "batch_normalization_statistics": "moving",
                "learn_rate_factors": {"*": 0.0, "BottleneckBlock_3": 1.0, "head": 10.0}}
     options = json.loads(json.dumps(jf.TrainingOptions(**options).to_dict()))  # as a job's
     model = (TINY[0], {**TINY[1], "weights": str(WEIGHTS)})
@@ -70,6 +74,7 @@ def test_a_fine_tuning_run_resumes_exactly_and_a_trained_net_trains_on(digits, l
     data = digits.subset(np.arange(64))
     opts = jf.TrainingOptions(solver="adam", initial_learn_rate=1e-3, mini_batch_size=32,
                               max_epochs=2, shuffle="every-epoch", verbose=False,
+                              batch_normalization_statistics="moving",
                               learn_rate_factors={"conv_init": 0.0, "bn_init": 0.0,
                                                   "head": 10.0})
     whole, _ = jf.train(data, loaded, opts)
