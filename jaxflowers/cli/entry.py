@@ -1,4 +1,4 @@
-"""Command line: ``python -m jaxflowers {train, download, sweep}``.
+"""Command line: ``python -m jaxflowers {train, download, sweep, export}``.
 
 ``python -m jaxflowers train`` with no arguments trains ``cifar_net(depth=2)`` on the
 embedded handwritten digits (offline), 90/10 stratified split, on every local device, and
@@ -13,6 +13,7 @@ import os
 import sys
 import warnings
 
+from jaxflowers.cli import export as export_cli  # imports no JAX
 from jaxflowers.cli import sweep as sweep_cli  # imports no JAX
 from jaxflowers.cli import train as train_cli
 from jaxflowers.cli.train import Interrupted, stage
@@ -33,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     train_cli.add_parser(commands, common)
     sweep_cli.add_parser(commands, parents=[common])
+    export_cli.add_parser(commands, common)
     download = commands.add_parser("download", parents=[common], help="download a data set")
     download.add_argument("name", choices=("flowers",),
                           help="the data set: flowers (the 218 MB Flowers archive, sha256-checked)")
@@ -55,7 +57,8 @@ def main(argv=None) -> int:
     if getattr(args, "resume", False) and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir DIR, the folder of the run to continue")
     debug = getattr(args, "debug", False) or os.environ.get(DEBUG_ENV) == "1"
-    command = {"train": train_cli.run, "sweep": sweep_cli.run, "download": _download}[args.command]
+    command = {"train": train_cli.run, "sweep": sweep_cli.run, "download": _download,
+               "export": export_cli.run}[args.command]
     with warnings.catch_warnings(), signals.sigterm_raises():  # both restored afterwards
         if not debug:
             warnings.showwarning = _show_warning

@@ -28,8 +28,10 @@ def add_parser(commands, common) -> None:
                                 help="train a network and report test accuracy")
     train.add_argument("--recipe", default=None, metavar="NAME",
                        help="flowers (MATLAB's multi-GPU example, verbatim), flowers-tuned, "
-                            "sweep (MATLAB's parfeval example) or digits (default: flowers for "
-                            "--data flowers or --model resnet50, digits otherwise)")
+                            "flowers-pretrained (fine-tuning --weights), sweep (MATLAB's "
+                            "parfeval example) or digits (default: flowers-pretrained with "
+                            "--weights, flowers for --data flowers or --model resnet50, digits "
+                            "otherwise)")
     train.add_argument("--data", default=None, metavar="NAME|DIR|URL",
                        help="digits (embedded, offline), flowers (downloaded once), cifar10 "
                             "(TFDS), a folder of class folders (split per class by the recipe, "
@@ -50,6 +52,10 @@ def add_parser(commands, common) -> None:
                        metavar="FRACTION",
                        help="share of each class held out to test and validate on when the "
                             "data have no test/ folder (default: the recipe's, 0.1)")
+    train.add_argument("--weights", default=None, metavar="PATH",
+                       help="start from these torchvision or timm ResNet weights (.safetensors, "
+                            "or .pth with torch installed), with a fresh head for the data's "
+                            "classes (default: none, a freshly initialised network)")
     train.add_argument("--depth", type=positive_int, default=2, metavar="N",
                        help="cifar_net depth: convolution stages (default: 2)")
     train.add_argument("--epochs", type=positive_int, default=None, metavar="N",
@@ -152,12 +158,12 @@ def run(args) -> int:
     """Run ``python -m jaxflowers train`` for parsed ``args``; returns the exit status."""
     clock = [time.perf_counter()]  # start, JAX ready, data ready, trained, predicted
     _check_outputs(args)  # before any work: a result that cannot be written would be lost
+    recipe = _chosen_recipe(args)
     with stage("starting JAX"):
         devices, main_process = _start(args)
     clock.append(time.perf_counter())
     import jaxflowers as jf
 
-    recipe = _chosen_recipe(args)
     model_name = args.model or recipe.model
     with stage("loading the data"):
         train_set, test_set, described = _load_sets(args, recipe, model_name)
@@ -211,9 +217,18 @@ def _chosen_recipe(args):
     """``--recipe``, or the one ``--data``/``--model`` imply (a bad name fails before loading)."""
     from jaxflowers import recipes
 
-    if args.recipe:
-        return recipes.recipe(args.recipe)
-    return recipes.recipe_for(args.data or "digits", args.model)
+    chosen = (recipes.recipe(args.recipe) if args.recipe else
+              recipes.recipe_for(args.data or "digits", args.model, weights=bool(args.weights)))
+    if chosen.needs_weights and not args.weights:
+        raise ValueError(f"--recipe {chosen.name} fine-tunes pretrained weights: give --weights "
+                         "PATH (a torchvision or timm .safetensors or .pth file; README, "
+                         "\"Pretrained networks and export\")")
+    if args.weights and not os.path.isfile(args.weights):
+        raise FileNotFoundError(f"--weights {args.weights}: no such file")
+    if args.weights and not (args.model or chosen.model).startswith("resnet"):
+        raise ValueError(f"--weights loads ResNet weights; --model {args.model or chosen.model} "
+                         "is not a ResNet")
+    return chosen
 
 
 def _load_sets(args, recipe, model_name: str):
@@ -238,6 +253,8 @@ def _recipe(args, recipe, model_name: str, device_count: int, train_set, test_se
     from jaxflowers import recipes
 
     spec = (model_name, {"depth": args.depth} if model_name == "cifar_net" else {})
+    if args.weights:
+        spec[1]["weights"] = args.weights
     model = recipes.build_model(spec, len(train_set.class_names))
     common = dict(validation_data=test_set, seed=args.seed, verbose=not args.quiet,
                   **_checkpointing(args))

@@ -54,6 +54,23 @@ class TrainedNet:
             raise TypeError(f"cannot save the network to {path}: {error}") from None
         return netfile.write(path, plain)
 
+    def export(self, path: str | os.PathLike):
+        """Write this network as serialized StableHLO (``jax.export``) to ``path``: uint8
+        (B, H, W, C) images in, float32 softmax scores out, normalisation included; JAX
+        alone runs it (``jax.export.deserialize(data).call(images)``). Returns the path."""
+        from jaxflowers.inference.export import export_stablehlo
+
+        return export_stablehlo(self, path)
+
+    def export_onnx(self, path: str | os.PathLike, *, opset: int | None = None):
+        """Write this network as ONNX to ``path`` (``exportONNXNetwork``): input "images"
+        uint8 (batch, H, W, C), output "scores" float32 (batch, classes), normalisation
+        included, computed in float32; opset ``inference.export.OPSET`` by default. Needs
+        jax2onnx (``pip install "jaxflowers[export]"``). Returns the path."""
+        from jaxflowers.inference.export import OPSET, export_onnx
+
+        return export_onnx(self, path, opset=opset or OPSET)
+
     def to_dict(self) -> dict:
         """The network as JSON-able data and numpy arrays; TypeError for a non-registry model."""
         from jaxflowers.recipes import model_spec
@@ -63,6 +80,31 @@ class TrainedNet:
                 "variables": self.variables, "class_names": list(self.class_names),
                 "normalization": [np.asarray(s, np.float32) for s in self.normalization],
                 "input_shape": [int(v) for v in self.input_shape]}
+
+    @classmethod
+    def from_pretrained(cls, pretrained, class_names=None,
+                        input_shape=(224, 224, 3)) -> "TrainedNet":
+        """A ``models.Pretrained`` with its file's head as a network to predict with or
+        export (MATLAB's ``imagePretrainedNetwork`` then ``minibatchpredict``).
+
+        Args:
+          pretrained: from ``models.pretrained`` with the file's number of classes.
+          class_names: one name per output (default "0", "1", ...).
+          input_shape: (H, W, C) of the images it will be given.
+
+        Raises:
+          ValueError: the head is fresh (untrained), or ``class_names`` is of another length.
+        """
+        if pretrained.fresh_head:
+            raise ValueError("this pretrained network's head is fresh (untrained): train it "
+                             "first, or load it with the file's number of classes")
+        count = pretrained.model.num_classes
+        names = tuple(str(c) for c in (class_names or range(count)))
+        if len(names) != count:
+            raise ValueError(f"{len(names)} class names for a head of {count} outputs")
+        return cls(model=pretrained.model, variables=pretrained.variables, class_names=names,
+                   normalization=pretrained.normalization,
+                   input_shape=tuple(int(v) for v in input_shape))
 
     @classmethod
     def from_dict(cls, plain: dict) -> "TrainedNet":

@@ -22,6 +22,10 @@ def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str
     Returns:
       float32 (n, num_classes) softmax scores; with several processes, all on every process.
     """
+    if not hasattr(net, "class_names"):
+        raise TypeError(f"predict takes a TrainedNet, not a {type(net).__name__}; a "
+                        "pretrained network becomes one by training it, or with its file's "
+                        "head through TrainedNet.from_pretrained")
     images = np.asarray(getattr(data, "images", data))
     if images.dtype != np.uint8 or images.ndim != 4:
         raise ValueError(f"predict needs uint8 images (n, H, W, C); got {images.dtype} "

@@ -44,8 +44,8 @@ class CifarNet(nn.Module):
                 x = BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
                               dtype=self.dtype, axis_name=self.bn_axis_name, relu=True)(x)
             if block < 2:
-                x = max_pool(x, (2, 2), strides=(2, 2))
-        x = nn.avg_pool(x, (8, 8), strides=(8, 8))
+                x = max_pool(x, (2, 2), strides=(2, 2), train=train)
+        x = nn.avg_pool(x, window_shape=(8, 8), strides=(8, 8))  # keywords: jax2onnx's patch
         x = x.reshape(x.shape[0], -1)
         kernel_init = getattr(nn.initializers, self.dense_init)()
         logits = Dense(self.num_classes, dtype=self.dtype, kernel_init=kernel_init)(x)

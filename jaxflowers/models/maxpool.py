@@ -13,16 +13,40 @@ from jax import lax
 
 
 def max_pool(x, window: tuple[int, int], strides: tuple[int, int] | None = None,
-             padding: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))):
-    """Max pooling of NHWC ``x``; ``strides`` default to the window, ``padding`` never wins."""
-    strides = tuple(strides or window)
-    return _max_pool(x, tuple(window), strides, tuple(tuple(p) for p in padding))
+             padding: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0)), *,
+             train: bool = True):
+    """Max pooling of NHWC ``x``; ``strides`` default to the window, ``padding`` never wins.
+
+    ``train=False``: the same values as the maximum of the window's strided slices, which
+    ONNX converters and runtimes take (onnxruntime refuses a 4-D ``reduce_window``'s pool).
+    """
+    strides, padding = tuple(strides or window), tuple(tuple(p) for p in padding)
+    if not train:
+        return _sliced_max(x, tuple(window), strides, padding)
+    return _max_pool(x, tuple(window), strides, padding)
+
+
+def _sliced_max(x, window, strides, padding):
+    """The max pool as the elementwise maximum of ``kh * kw`` strided slices."""
+    (kh, kw), (sh, sw) = window, strides
+    xp = jnp.pad(x, ((0, 0), *padding, (0, 0)), constant_values=-jnp.inf)
+    n, hp, wp, c = xp.shape
+    ho, wo = (hp - kh) // sh + 1, (wp - kw) // sw + 1
+    out = None
+    for di in range(kh):
+        for dj in range(kw):
+            part = lax.slice(xp, (0, di, dj, 0), (n, di + sh * (ho - 1) + 1,
+                                                  dj + sw * (wo - 1) + 1, c), (1, sh, sw, 1))
+            out = part if out is None else jnp.maximum(out, part)
+    return out
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
 def _max_pool(x, window, strides, padding):
-    return lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), lax.max, (1, *window, 1),
-                             (1, *strides, 1), ((0, 0), *padding, (0, 0)))
+    # A Python -inf makes this XLA's max-pool primitive (reduce_window_max), which ONNX
+    # converters know, rather than a reduction with a traced initial value.
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, *window, 1), (1, *strides, 1),
+                             ((0, 0), *padding, (0, 0)))
 
 
 def _pool(x, window, strides, padding):

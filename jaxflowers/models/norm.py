@@ -81,6 +81,10 @@ class BatchNorm(nn.Module):
       dtype: compute/output dtype; statistics and parameters are float32.
       axis_name: mesh axis to pool statistics over (synchronised batch norm), or None.
       relu: apply ReLU to the output (fused into the same passes).
+      scale_init, bias_init: initialisers of the (C,) parameters.
+
+    As flax's, ``__call__(x, use_running_average=...)`` overrides the attribute (a frozen
+    layer normalises with its stored statistics in training too).
     """
 
     use_running_average: bool = False
@@ -93,14 +97,14 @@ class BatchNorm(nn.Module):
     bias_init: Callable = nn.initializers.zeros
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, use_running_average: bool | None = None):
         channels = x.shape[-1]
         ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((channels,), F32))
         ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((channels,), F32))
         scale = param(self, "scale", self.scale_init, (channels,))
         bias = param(self, "bias", self.bias_init, (channels,))
         x = jnp.asarray(x, self.dtype)
-        if self.use_running_average:
+        if self.use_running_average if use_running_average is None else use_running_average:
             mul = lax.rsqrt(ra_var.value + self.epsilon) * scale
             return _affine(x, ra_mean.value, mul, bias, self.relu, self.dtype)
         y, mean, var = batch_norm_train(x, scale, bias, self.epsilon, self.axis_name, self.relu)

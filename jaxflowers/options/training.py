@@ -72,6 +72,9 @@ class TrainingOptions:
     checkpoint_frequency_unit: str = _run_only("epoch")  # "epoch" or "iteration"
     checkpoint_keep: int = _run_only(3)  # newest checkpoints kept (older ones removed)
     checkpoint_failure: str = _run_only("warn")  # a save that fails: "warn" and go on, or "stop"
+    # setLearnRateFactor / freezeNetwork: (glob over "/"-joined parameter paths, factor)
+    # pairs, later ones winning, e.g. {"*": 0, "head": 10}; 0 freezes (training.learn_rates)
+    learn_rate_factors: Any = ()
 
     def __post_init__(self):
         check_choice(self, "solver", SOLVERS)
@@ -113,6 +116,7 @@ class TrainingOptions:
         if self.output_fn is not None and not callable(self.output_fn):
             raise ValueError(f"output_fn={self.output_fn!r} must be callable or None")
         _check_data(self.validation_data)
+        object.__setattr__(self, "learn_rate_factors", _factor_pairs(self.learn_rate_factors))
         self._check_validation_choices()
 
     def _check_validation_choices(self) -> None:
@@ -178,6 +182,7 @@ class TrainingOptions:
                                   else dataclasses.asdict(self.augmentation))
         fields["learn_rate_schedule"] = schedules.to_plain(self.learn_rate_schedule)
         fields["metrics"] = list(self.metrics)
+        fields["learn_rate_factors"] = dict(self.learn_rate_factors)
         for name in ("plots_path", "log_dir", "checkpoint_path"):
             fields[name] = None if fields[name] is None else os.fspath(fields[name])
         return fields
@@ -216,6 +221,22 @@ def _check_positive_or_inf(owner, name: str, *, integer: bool) -> None:
     if not ok:
         what = "a positive integer" if integer else "a positive number"
         raise ValueError(f"{name}={value!r} must be {what} or math.inf")
+
+
+def _factor_pairs(value) -> tuple[tuple[str, float], ...]:
+    """``learn_rate_factors`` as ``((pattern, factor), ...)`` from a dict or pairs."""
+    try:
+        pairs = tuple(value.items()) if isinstance(value, dict) else tuple(
+            (p, f) for p, f in value)
+    except (TypeError, ValueError):
+        pairs = None
+    ok = pairs is not None and all(
+        isinstance(p, str) and p and isinstance(f, (int, float)) and not isinstance(f, bool)
+        and math.isfinite(f) and f >= 0 for p, f in pairs)
+    if not ok:
+        raise ValueError(f"learn_rate_factors={value!r} must map parameter path patterns "
+                         "(glob) to finite factors >= 0, e.g. {'*': 0.0, 'head': 10.0}")
+    return tuple((p, float(f)) for p, f in pairs)
 
 
 def _check_data(data) -> None:

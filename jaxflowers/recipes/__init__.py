@@ -20,6 +20,7 @@ from jaxflowers.recipes.examples import (
                                          augmentation,
                                          digits_options,
                                          flowers_options,
+                                         flowers_pretrained_options,
                                          flowers_tuned_options,
                                          recipe,
                                          recipe_for,
@@ -29,6 +30,7 @@ from jaxflowers.recipes.networks import IMAGE_SIZE, MODELS, build_model, model_s
 
 __all__ = ["DATASETS", "DataUnavailableError", "EXAMPLE_AUGMENTATION", "IMAGE_SIZE", "MODELS",
            "RECIPES", "Recipe", "augmentation", "build_model", "data_plan", "describe_plan",
-           "digits_options", "flowers_options", "flowers_tuned_options", "is_plan",
+           "digits_options", "flowers_options", "flowers_pretrained_options",
+           "flowers_tuned_options", "is_plan",
            "load_data", "load_plan", "model_spec", "prepare_plan", "recipe", "recipe_for",
            "sweep_options"]

@@ -1,7 +1,8 @@
 """The recipes: the two MATLAB examples' options (and variants), by name; imports no JAX.
 
 ``"flowers"`` is "Train Network Using Automatic Multi-GPU Support", ``"sweep"`` is "Use parfeval
-to Train Multiple Deep Learning Networks", both verbatim; variants carry their own names.
+to Train Multiple Deep Learning Networks", both verbatim; variants carry their own names
+(``"flowers-tuned"``, ``"flowers-pretrained"``).
 """
 from __future__ import annotations
 
@@ -58,6 +59,25 @@ def flowers_tuned_options(device_count: int, num_train: int, *, per_device_batch
     return scaled.replace(validation_frequency=max(1, num_train // scaled.mini_batch_size))
 
 
+def flowers_pretrained_options(device_count: int, num_train: int, *,
+                               per_device_batch: int = 128, max_epochs: int = 10,
+                               **overrides) -> TrainingOptions:
+    """Fine-tuning ImageNet weights on Flowers (MATLAB's "Retrain Neural Network to Classify
+    New Images": a fresh head at 10x the rate): the example's data, split and augmentation,
+    Adam at 1e-4 x batch/128 with ``learn_rate_factors={"head": 10}``, 10 epochs, validated
+    once per epoch, no rate drops. The network comes from ``--weights``
+    (``models.pretrained``)."""
+    from jaxflowers.options.training import TrainingOptions
+
+    batch = per_device_batch * device_count
+    fields = dict(
+        solver="adam", initial_learn_rate=1e-4 * batch / 128, mini_batch_size=batch,
+        max_epochs=max_epochs, shuffle="every-epoch", augmentation=augmentation("flowers"),
+        learn_rate_factors={"head": 10.0},
+        validation_frequency=max(1, num_train // batch))
+    return TrainingOptions(**{**fields, **overrides})
+
+
 def sweep_options(num_train: int, *, max_epochs: int = 30, mini_batch_size: int = 128,
                   **overrides) -> TrainingOptions:
     """The parfeval example's options, verbatim (SGDM at ``0.1*miniBatchSize/256``)."""
@@ -100,6 +120,7 @@ class Recipe:
       option_set: ``option_set(device_count, num_train, **fields) -> TrainingOptions``.
       per_device_batch: the batch is per device and scales with the devices.
       train_fraction: each label's share of the training set; the rest validates.
+      needs_weights: the recipe fine-tunes a pretrained network (``--weights``).
     """
 
     name: str
@@ -109,6 +130,7 @@ class Recipe:
     option_set: Callable[..., TrainingOptions]
     per_device_batch: bool = False
     train_fraction: float = 0.9
+    needs_weights: bool = False
 
     def options(self, device_count: int, num_train: int, *, batch_size: int | None = None,
                 **overrides) -> TrainingOptions:
@@ -135,6 +157,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("digits", "the offline main job: cifar_net on the embedded digits, Adam at 1e-3, "
            "15 epochs", "digits", "cifar_net",
            lambda device_count, num_train, **kw: digits_options(**kw)),
+    Recipe("flowers-pretrained", "fine-tuning ImageNet weights (--weights) on Flowers: Adam "
+           "at 1e-4 x batch/128, the head at 10x, 10 epochs", "flowers", "resnet50",
+           flowers_pretrained_options, per_device_batch=True, needs_weights=True),
 )}
 
 
@@ -145,8 +170,11 @@ def recipe(name: str) -> Recipe:
     return RECIPES[name]
 
 
-def recipe_for(data: str, model: str | None = None) -> Recipe:
-    """The default recipe: the multi-GPU example for Flowers or a ResNet, else digits."""
+def recipe_for(data: str, model: str | None = None, *, weights: bool = False) -> Recipe:
+    """The default recipe: fine-tuning with ``weights``, the multi-GPU example for Flowers or
+    a ResNet, else digits."""
+    if weights:
+        return RECIPES["flowers-pretrained"]
     if data == "flowers" or (model or "").startswith("resnet"):
         return RECIPES["flowers"]
     return RECIPES["digits"]

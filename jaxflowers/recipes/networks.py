@@ -51,6 +51,8 @@ def model_spec(model) -> tuple[str, dict]:
             kwargs["num_filters"] = model.num_filters
         if model.stem != "space_to_depth":
             kwargs["stem"] = model.stem
+        if model.conv_padding != "same":
+            kwargs["conv_padding"] = model.conv_padding
         for name, (sizes, kind) in VARIANTS.items():
             if tuple(model.stage_sizes) == sizes and block == kind:
                 return name, kwargs

@@ -281,6 +281,7 @@ def recipe(options: TrainingOptions) -> dict:
     values["squared_gradient_decay_factor"] = options.squared_decay
     values["augmentation"] = repr(values["augmentation"])
     values["metrics"] = list(options.metrics)
+    values["learn_rate_factors"] = [list(pair) for pair in options.learn_rate_factors]
     schedule = options.learn_rate_schedule
     values["learn_rate_schedule"] = schedule if isinstance(schedule, str) else repr(schedule)
     values["schedule_epochs"] = options.max_epochs if spans_training(schedule) else None

@@ -9,15 +9,19 @@ from jaxflowers.data.feed import ResidentData, channel_stats, stats_from_moments
 from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
 
 
-def place(parallel: DataParallel, feed, start: int):
-    """(placed arrays or the batch iterator, placed channel statistics, their host copy)."""
+def place(parallel: DataParallel, feed, start: int, normalization=None):
+    """(placed arrays or the batch iterator, placed channel statistics, their host copy);
+    ``normalization``: fixed (mean, std) instead of the data's (a pretrained network's)."""
     if isinstance(feed, ResidentData):
         images, labels, order = feed.host_arrays()
         arrays = (parallel.put(images), parallel.put(labels), parallel.put(order, sharded(1)))
-        normalization = _resident_stats(parallel, feed, arrays[0])
+        if normalization is None:
+            normalization = _resident_stats(parallel, feed, arrays[0])
     else:
         arrays = feed.start(start)
-        normalization = channel_stats(feed.data)  # read in chunks: the set may not fit
+        if normalization is None:
+            normalization = channel_stats(feed.data)  # read in chunks: the set may not fit
+    normalization = tuple(np.asarray(s, np.float32) for s in normalization)
     return arrays, parallel.put(normalization), normalization
 
 

@@ -10,6 +10,7 @@ import optax
 from jaxflowers import schedules
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.training.layout import FlatParams
+from jaxflowers.training.learn_rates import scale_updates
 
 
 def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int) -> optax.Schedule:
@@ -21,10 +22,13 @@ def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int) -> optax
 
 
 def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
-                   layout: FlatParams | None = None) -> optax.GradientTransformation:
+                   layout: FlatParams | None = None,
+                   factors: list[float] | None = None) -> optax.GradientTransformation:
     """The solver with L2 regularisation, gradient clipping and the learning-rate schedule.
 
-    ``layout`` is the flat vector's ``FlatParams`` (for the "l2norm" clip), or None for a tree."""
+    ``layout`` is the flat vector's ``FlatParams`` (for the "l2norm" clip), or None for a tree;
+    ``factors`` (per parameter leaf, ``learn_rates.factors``) multiply the solver's update
+    last (``setLearnRateFactor``)."""
     schedule = learn_rate_schedule(options, steps_per_epoch)
     if options.solver == "sgdm":
         solver = optax.sgd(schedule, momentum=options.momentum or None)
@@ -38,9 +42,15 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
     chain = []  # L2 coupled to the gradient before clipping, as MATLAB's L2Regularization
     if options.l2_regularization:
         chain.append(optax.add_decayed_weights(options.l2_regularization))
+        if factors is not None and 0.0 in factors:
+            # Frozen parameters' weight decay would count in a gradient norm and the
+            # solver's moments: zero it (their gradient is zero already).
+            chain.append(scale_updates([0.0 if f == 0.0 else 1.0 for f in factors], layout))
     if not math.isinf(options.gradient_threshold):
         chain.append(_clip(options.gradient_threshold_method, options.gradient_threshold,
                            layout))
+    if factors is not None:
+        return optax.chain(*chain, solver, scale_updates(factors, layout))
     return optax.chain(*chain, solver) if chain else solver
 
 

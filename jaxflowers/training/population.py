@@ -18,6 +18,7 @@ import numpy as np
 from jaxflowers.data.augment import Augmentation, normalize
 from jaxflowers.models.norm import BatchNorm
 from jaxflowers.parallel.data_parallel import AXIS
+from jaxflowers.training.learn_rates import frozen_layers, keep_frozen_stats
 
 _NORMS = (BatchNorm, nn.BatchNorm)
 _COLLECTION = "population_moments"
@@ -34,18 +35,20 @@ def _record_moments(next_fun, args, kwargs, context):
     return next_fun(*args, **kwargs)
 
 
-def batch_moments(model, variables: dict, x: jax.Array) -> dict:
+def batch_moments(model, variables: dict, x: jax.Array, frozen: frozenset = frozenset()) -> dict:
     """Per batch-norm layer, the float32 (2, C) first and second moments of its input.
 
     Args:
       model: a flax module taking ``train=`` (run in training mode).
       variables: ``{"params": ..., "batch_stats": ...}`` in tree form.
       x: (B, H, W, C) normalised inputs in the model's compute dtype.
+      frozen: module paths of frozen batch-norm layers, which normalise with their stored
+        statistics (as in training; ``learn_rates.frozen_layers``).
 
     Returns:
       ``{"BatchNorm_0": {"moments": (2, C)}, ...}``; average before ``moments_to_statistics``.
     """
-    with nn.intercept_methods(_record_moments):
+    with nn.intercept_methods(_record_moments), frozen_layers(frozen):
         _, state = model.apply(variables, x, train=True,
                                mutable=["batch_stats", _COLLECTION])
     return jax.tree.map(lambda sown: sown[0], state[_COLLECTION],
@@ -114,7 +117,7 @@ def _weighted_moments(model, variables, images, stats, keys, augmentation, dtype
 
 
 def resident_pass(variables, images, order, stats, seed, *, model, dtype, augmentation,
-                  count: int) -> dict:
+                  count: int, frozen: frozenset = frozenset()) -> dict:
     """Per device: ``variables`` with population statistics from the resident training set.
 
     ``images`` (N, H, W, C) uint8 is the whole set, ``order`` (batches, b) int32 this device's
@@ -126,28 +129,33 @@ def resident_pass(variables, images, order, stats, seed, *, model, dtype, augmen
     def add(total, rows):
         moments = pass_moments(variables, jnp.take(images, rows, axis=0), stats,
                                keys=jnp.take(keys, rows, axis=0), model=model, dtype=dtype,
-                               augmentation=augmentation)
+                               augmentation=augmentation, frozen=frozen)
         return jax.tree.map(jnp.add, total, moments), None
 
     first = pass_moments(variables, jnp.take(images, order[0], axis=0), stats,
                          keys=jnp.take(keys, order[0], axis=0), model=model, dtype=dtype,
-                         augmentation=augmentation)
+                         augmentation=augmentation, frozen=frozen)
     total, _ = jax.lax.scan(add, first, order[1:])
-    return with_population(variables, total, order.shape[0])
+    return with_population(variables, total, order.shape[0], frozen)
 
 
-def pass_moments(variables, images, stats, *, keys, model, dtype, augmentation) -> dict:
+def pass_moments(variables, images, stats, *, keys, model, dtype, augmentation,
+                 frozen: frozenset = frozenset()) -> dict:
     """Per device: :func:`batch_moments` of this device's rows of a global mini-batch."""
     if augmentation is not None:
         images = augmentation(images, keys)
-    moments = batch_moments(model, variables, normalize(images, stats[0], stats[1], dtype))
+    moments = batch_moments(model, variables, normalize(images, stats[0], stats[1], dtype),
+                            frozen)
     # Mean over devices: equal rows on each, so the mean of their means is the global batch's.
     return jax.lax.pmean(moments, AXIS)
 
 
-def with_population(variables: dict, total: dict, batches: int) -> dict:
-    """``variables`` with statistics from ``total``, summed moments of ``batches`` batches."""
+def with_population(variables: dict, total: dict, batches: int,
+                    frozen: frozenset = frozenset()) -> dict:
+    """``variables`` with statistics from ``total``, summed moments of ``batches`` batches
+    (the ``frozen`` layers' kept)."""
     statistics = moments_to_statistics(jax.tree.map(lambda t: t / batches, total))
+    statistics = keep_frozen_stats(statistics, variables["batch_stats"], frozen)
     return {**variables, "batch_stats": statistics}
 
 
@@ -162,7 +170,7 @@ def compile_pass(program):
 
     parallel, options, feed = program.parallel, program.options, program.feed
     kwargs = dict(model=program.population_model, dtype=program.dtype,
-                  augmentation=options.augmentation)
+                  augmentation=options.augmentation, frozen=program.frozen)
     batches = feed.steps_per_epoch
     order = np.arange(batches * options.mini_batch_size, dtype=np.int32).reshape(batches, -1)
     if not isinstance(feed, ResidentData):
@@ -197,8 +205,8 @@ class _StreamedPopulation:
 
         self._add = parallel.wrap(add, (REPLICATED, REPLICATED, sharded(0), sharded(0),
                                         REPLICATED), REPLICATED, donate_argnums=(0,))
-        self._finish = parallel.wrap(functools.partial(with_population,
-                                                       batches=len(order)),
+        self._finish = parallel.wrap(functools.partial(with_population, batches=len(order),
+                                                       frozen=kwargs["frozen"]),
                                      (REPLICATED, REPLICATED), REPLICATED)
 
     def __call__(self, variables, arrays, stats):

@@ -20,7 +20,7 @@ from jaxflowers.inference.forward import ForwardPass
 from jaxflowers.options.execution import Resolved
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.parallel.data_parallel import AXIS, REPLICATED, DataParallel, sharded
-from jaxflowers.training import checkpoint, feeding, population
+from jaxflowers.training import checkpoint, feeding, learn_rates, population
 from jaxflowers.training.layout import Layout, flat_layout
 from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
 from jaxflowers.training.step import (
@@ -69,12 +69,17 @@ class _Clock:
 class TrainProgram:
     """Compiles and runs one training's programs on ``parallel``'s devices.
 
-    ``feed`` holds host arrays only; ``input_shape`` is the (H, W, C) the network sees.
+    ``feed`` holds host arrays only; ``input_shape`` is the (H, W, C) the network sees;
+    ``start``: a network to start from (``models.Pretrained`` or ``TrainedNet``: its
+    ``variables`` replace the drawn ones, its ``normalization`` the data's), or None.
     """
 
     def __init__(self, parallel: DataParallel, model, options: TrainingOptions,
-                 resolved: Resolved, *, feed, input_shape, sync_batch_norm: bool = False):
+                 resolved: Resolved, *, feed, input_shape, sync_batch_norm: bool = False,
+                 start=None):
         self.parallel, self.options, self.feed = parallel, options, feed
+        self.start = None if start is None else start.variables
+        self.fixed_normalization = None if start is None else start.normalization
         self.input_shape, self.block_length = tuple(input_shape), resolved.steps_per_dispatch
         self.dtype = jnp.bfloat16 if resolved.precision == "bfloat16" else jnp.float32
         self.model = _configure(model, self.dtype, None)  # per-device batch norm: init, forward
@@ -82,15 +87,19 @@ class TrainProgram:
         initial = init_variables(self.model, self.input_shape)
         variables = jax.eval_shape(initial, SEED)  # one trace of the model's init, reused
         flat = flat_layout(variables) if resolved.flat_parameters else None
-        tx = make_optimizer(options, steps, layout=flat)
+        factors = learn_rates.factors(options.learn_rate_factors, variables["params"])
+        self.frozen = learn_rates.frozen_norms(factors, variables["params"],
+                                               variables.get("batch_stats", {}))
+        tx = make_optimizer(options, steps, layout=flat, factors=factors)
         self.layout = Layout(flat, tx)
         self.init = init_program(initial, tx, flat)
-        self._local_shapes = jax.eval_shape(self.init, SEED)
+        self._local_shapes = jax.eval_shape(self.init, SEED, self.start)
         self.state_shapes = parallel.abstract(self._local_shapes)
         self.cfg = StepConfig(
             model=_configure(model, self.dtype, AXIS if sync_batch_norm else None), tx=tx,
             schedule=learn_rate_schedule(options, steps), augmentation=options.augmentation,
-            dtype=self.dtype, sync_batch_norm=sync_batch_norm, flat=flat)
+            dtype=self.dtype, sync_batch_norm=sync_batch_norm, flat=flat,
+            factors=None if factors is None else tuple(factors), frozen=self.frozen)
         channels = jax.ShapeDtypeStruct((feed.shape[-1],), jnp.float32)
         self.stats_shape = parallel.abstract((channels, channels))
         per_device = options.mini_batch_size // parallel.num_devices
@@ -118,7 +127,8 @@ class TrainProgram:
             clock.timed, "placing")
         with concurrent.futures.ThreadPoolExecutor(6, "jaxflowers-compile") as pool:
             state = pool.submit(compiling(self._initial_state), restored)
-            placed = pool.submit(placing(feeding.place), self.parallel, self.feed, start)
+            placed = pool.submit(placing(feeding.place), self.parallel, self.feed, start,
+                                 self.fixed_normalization)
             block = pool.submit(compiling(self.lower_block().compile))  # the longest: first
             stored = self.state_shapes.stored_variables()
             readers = [pool.submit(compiling(self._compile_reader), name, shapes)
@@ -158,7 +168,7 @@ class TrainProgram:
 
     def _initial_state(self, restored):
         if restored is None:
-            return self.parallel.put(self.init(np.uint32(self.options.seed)))
+            return self.parallel.put(self.init(np.uint32(self.options.seed), self.start))
         return self.parallel.put(self.state_from_tree(restored))
 
     def lower_block(self):

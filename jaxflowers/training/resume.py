@@ -103,7 +103,8 @@ def _check_fits(saved: dict, options, data, model, data_digest, where) -> None:
     if saved.get("format") != ck.FORMAT:
         raise CheckpointError(f"{where} has checkpoint format {saved.get('format')!r}; this "
                               f"version reads format {ck.FORMAT}")
-    now, then = ck.recipe(options), saved["recipe"]
+    # Fields newer than a checkpoint hold their default there.
+    now, then = ck.recipe(options), {"learn_rate_factors": [], **saved["recipe"]}
     differ = [f"{k} ({then.get(k)!r} there, {now[k]!r} now)" for k in now if then.get(k) != now[k]]
     if differ:
         raise CheckpointError(f"{where} was trained with other options: {', '.join(differ)}")

@@ -13,6 +13,7 @@ import numpy as np
 from jaxflowers.data.feed import ResidentData, choose_placement, image_shape
 from jaxflowers.host import signals
 from jaxflowers.inference.net import TrainedNet
+from jaxflowers.models.weights import Pretrained
 from jaxflowers.options.execution import ExecutionOptions
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.parallel.data_parallel import DataParallel, select_devices
@@ -38,7 +39,10 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     Args:
       data: an image set: uint8 ``images`` (N, H, W, C), int ``labels`` (N,), ``class_names``.
       model: a flax module mapping (B, H, W, C) images to (B, num_classes) logits; its
-        ``dtype`` / ``bn_axis_name`` fields, if any, are set to the run's.
+        ``dtype`` / ``bn_axis_name`` fields, if any, are set to the run's. Or a network to
+        start from (transfer learning): a ``models.Pretrained`` or a ``TrainedNet``; what it
+        lacks (a fresh head) is drawn from ``options.seed``, and its ``normalization``
+        replaces the training set's statistics.
       options: ``TrainingOptions``; ``mini_batch_size`` is the global batch.
       execution: ``ExecutionOptions`` or a dict of its fields; default: every "auto".
       resume: a checkpoint folder of an earlier run (or one of its checkpoints) to continue.
@@ -53,6 +57,8 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     """
     if not isinstance(options, TrainingOptions):
         raise TypeError(f"options must be TrainingOptions, not {type(options).__name__}")
+    model, start = ((model.model, model) if isinstance(model, (Pretrained, TrainedNet))
+                    else (model, None))
     check_training(data, model, options)
     execution = _execution(execution)
     parallel = DataParallel(select_devices(options.execution_environment, execution.num_devices),
@@ -64,7 +70,8 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     platform = parallel.devices[0].platform
     resolved = execution.resolve(platform, input_shape, streamed=feed.kind == "stream")
     program = TrainProgram(parallel, model, options, resolved, feed=feed,
-                           input_shape=input_shape, sync_batch_norm=execution.sync_batch_norm)
+                           input_shape=input_shape, sync_batch_norm=execution.sync_batch_norm,
+                           start=start)
     shapes = program.tree_state_shapes()
     if keeps_networks(options):  # checkpoints hold the best network too
         shapes = {**shapes, "best": program.variable_shapes_local()}

@@ -21,6 +21,7 @@ from jaxflowers.compilation.options import compiler_options
 from jaxflowers.data.augment import Augmentation, normalize
 from jaxflowers.models import init_rng
 from jaxflowers.parallel.data_parallel import AXIS
+from jaxflowers.training import learn_rates
 from jaxflowers.training.layout import FlatParams
 
 
@@ -51,6 +52,8 @@ class StepConfig:
     dtype: Any
     sync_batch_norm: bool
     flat: FlatParams | None = None  # parameters (and so gradients, solver state) as one vector
+    factors: tuple[float, ...] | None = None  # learn-rate factor per parameter leaf; None: all 1
+    frozen: frozenset = frozenset()  # module paths of frozen batch-norm layers
 
     def variables(self, state: TrainState) -> dict:
         """``{"params": tree, "batch_stats": ...}`` of a state, whichever the layout."""
@@ -83,11 +86,15 @@ def init_variables(model, image_shape):
 
 
 def init_program(variables, tx, flat: FlatParams | None = None):
-    """The jitted ``seed -> TrainState`` (a uint32 argument: one program serves every seed)."""
+    """The jitted ``(seed, start=None) -> TrainState``; seed and ``start`` (a partial
+    ``{"params", "batch_stats"}`` tree replacing drawn leaves: pretrained weights) are
+    arguments, so one program serves every seed and weights never become constants."""
     @functools.partial(jax.jit, compiler_options=compiler_options())
-    def _init(seed):
+    def _init(seed, start=None):
         data_key = jax.random.split(jax.random.PRNGKey(seed))[1]
         initial = variables(seed)
+        if start is not None:
+            initial = _overlay(initial, start, ())
         params, batch_stats = initial["params"], initial.get("batch_stats", {})
         if flat is not None:
             params, batch_stats = flat.ravel(params), flat.stats_stored(batch_stats)
@@ -96,6 +103,21 @@ def init_program(variables, tx, flat: FlatParams | None = None):
                           halted=jnp.zeros((), jnp.int32))
 
     return _init
+
+
+def _overlay(tree, start, path: tuple):
+    """``tree`` with the leaves ``start`` holds replaced by them (same shapes, float32)."""
+    if not isinstance(start, dict):
+        if tuple(start.shape) != tuple(tree.shape):
+            raise ValueError(f"the starting weights' {'/'.join(path)} has shape "
+                             f"{tuple(start.shape)}; the network's is {tuple(tree.shape)}")
+        return jnp.asarray(start, tree.dtype)
+    unknown = [key for key in start if key not in tree]
+    if unknown:
+        raise ValueError(f"the starting weights have {'/'.join((*path, unknown[0]))}, which "
+                         "the network lacks")
+    return {key: _overlay(value, start[key], (*path, key)) if key in start else value
+            for key, value in tree.items()}
 
 
 def sample_keys(state: TrainState, batch_size: int) -> jax.Array:
@@ -117,9 +139,11 @@ def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
     stats_tree = state.batch_stats if cfg.flat is None else cfg.flat.stats_tree(state.batch_stats)
 
     def loss_fn(params):
-        logits, updates = cfg.model.apply(
-            {"params": params, "batch_stats": stats_tree}, x, train=True,
-            mutable=["batch_stats"])
+        params = learn_rates.stop_frozen(params, cfg.factors)  # no gradient for frozen ones
+        with learn_rates.frozen_layers(cfg.frozen):
+            logits, updates = cfg.model.apply(
+                {"params": params, "batch_stats": stats_tree}, x, train=True,
+                mutable=["batch_stats"])
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
         return loss, (logits, updates["batch_stats"])
 
@@ -136,6 +160,9 @@ def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
         # Per-device running statistics would drift apart; average them so every replica
         # evaluates with the same model. (With sync BN they are already identical.)
         batch_stats = lax.pmean(batch_stats, AXIS)
+    # Frozen layers' statistics exactly as stored (a mean of equal values may round).
+    batch_stats = learn_rates.keep_frozen_stats(batch_stats, state.batch_stats, cfg.frozen,
+                                                cfg.flat and cfg.flat.stats)
     correct = jnp.mean((jnp.argmax(logits, -1) == labels).astype(jnp.float32))
     # Mini-batch loss and accuracy of the global batch: average of the device means.
     metrics = lax.pmean({"loss": loss, "accuracy": correct}, AXIS)
