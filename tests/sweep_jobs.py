@@ -101,3 +101,12 @@ def report_states(*states: str):
         report({"state": state, "iteration": 1})
     report({"mine": True})
     return len(states)
+
+
+def placed(seconds: float):
+    """(the CPU devices and GPUs this worker was given, start time, end time) of a job that
+    sleeps ``seconds``."""
+    start = time.time()
+    time.sleep(seconds)
+    devices = os.environ.get("JAX_NUM_CPU_DEVICES"), os.environ.get("CUDA_VISIBLE_DEVICES")
+    return devices, start, time.time()

@@ -49,12 +49,15 @@ class JobFuture(Future):
 
     Attributes:
       job_index: the job's number in its pool.
+      slot: where the job runs (a ``slots.Slot``; ``slot.where`` in words) once it has
+        started; None before.
     """
 
     def __init__(self, job_index: int, *, stop_job: Callable[[int], bool],
                  job_running: Callable[[int], bool]):
         super().__init__()
         self.job_index = job_index
+        self.slot = None
         self._stop_job, self._job_running = stop_job, job_running
         self._cancel_lock, self._rebuild_lock = threading.Lock(), threading.Lock()
         self._rebuilt: tuple[Any] | None = None

@@ -2,8 +2,9 @@
 
 MATLAB: a parallel pool with ``parfeval``, ``fetchOutputs``, ``cancel`` and a DataQueue's
 ``afterEach``. The pool owns the scheduling (a FIFO queue of jobs, one slot per job that
-may run, timeouts, cancellation, the ``after_each`` callbacks); a backend owns the
-processes: ``local`` (one subprocess per job, ``local.py``) or ``ray`` (``ray_backend.py``).
+may run, or whole devices for a job over several, timeouts, cancellation, the
+``after_each`` callbacks); a backend owns the processes: ``local`` (one subprocess per
+job, ``local.py``) or ``ray`` (``ray_cluster.py``).
 
 Nothing here imports JAX: the caller must not hold a GPU while its workers start.
 """
@@ -17,6 +18,7 @@ from concurrent.futures import wait
 from typing import Any, Callable, Sequence
 
 from jaxflowers.sweep import shutdown as interrupts
+from jaxflowers.sweep import slots as placement
 from jaxflowers.sweep import transfer
 from jaxflowers.sweep.backends.base import Backend, Job, JobEvents
 from jaxflowers.sweep.events import EventDispatcher
@@ -101,6 +103,11 @@ class DevicePool:
         return len(self._slots)
 
     @property
+    def num_devices(self) -> int:
+        """How many devices (GPUs, or CPU devices) the slots are spread over."""
+        return len({slot.device for slot in self._slots})
+
+    @property
     def backend(self) -> str:
         """"local" or "ray"."""
         return self._backend.name
@@ -111,7 +118,7 @@ class DevicePool:
         return self._backend.log_dir
 
     def submit(self, fn: Callable | str, /, *args: Any, timeout: float | None = None,
-               **kwargs: Any) -> JobFuture:
+               num_devices: int = 1, **kwargs: Any) -> JobFuture:
         """Schedule ``fn(*args, **kwargs)`` in a worker; returns its future at once.
 
         MATLAB: ``parfeval(pool, fcn, numout, X1, ...)``.
@@ -122,16 +129,22 @@ class DevicePool:
             numpy arrays (handed over as read-only memory-mapped files).
           timeout: seconds the job may run once started (on Ray: once handed to Ray);
             then it is killed and its future fails with ``JobTimeoutError``. None: no limit.
+          num_devices: devices the job trains on. A job of several devices waits until that
+            many devices have no other job, then owns them whole (every slot of each); the
+            devices it waits for take no new job meanwhile, while other devices go on.
 
         Returns:
-          A ``JobFuture`` (a ``concurrent.futures.Future``) with ``job_index``.
+          A ``JobFuture`` (a ``concurrent.futures.Future``) with ``job_index``; its
+          ``slot`` says where the job runs once it has started.
 
         Raises:
           TypeError: ``fn`` is not importable by reference, or an argument is not JSON-able.
+          ValueError: a bad ``timeout``, or ``num_devices`` beyond the pool's devices.
           RuntimeError: the pool is shut down.
         """
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+        self._check_devices(num_devices)
         if self._shutdown:
             raise RuntimeError("cannot submit jobs to a DevicePool after shutdown")
         reference = transfer.job_reference(fn)
@@ -148,7 +161,7 @@ class DevicePool:
                 raise RuntimeError("cannot submit jobs to a DevicePool after shutdown")
             index = len(self._jobs)
             future = JobFuture(index, stop_job=self._stop, job_running=self._is_running)
-            job = Job(index, future, reference, staged, timeout)
+            job = Job(index, future, reference, staged, timeout, num_devices=num_devices)
             self._jobs.append(job)
             self._queue.append(job)
             self._start_queued()
@@ -217,23 +230,50 @@ class DevicePool:
 
     # ------------------------------------------------------------------ scheduling
 
+    def _check_devices(self, num_devices: int) -> None:
+        devices = self.num_devices
+        if isinstance(num_devices, bool) or not isinstance(num_devices, int) \
+                or not 1 <= num_devices <= devices:
+            raise ValueError(f"num_devices={num_devices!r} must be an integer from 1 to the "
+                             f"pool's {devices} device(s)")
+
     def _start_queued(self) -> None:
-        """Start queued jobs while slots are free (call with the lock held)."""
-        while self._queue and self._free and not self._closed:
-            job, slot = self._queue.popleft(), self._free.popleft()
-            job.state, job.slot = "running", slot
-            self._running[job.index] = job
-            events = JobEvents(message=functools.partial(self._events.put, job.index),
-                               finished=functools.partial(self._job_ended, job))
-            try:
-                self._backend.start(job, slot, events)
-            except Exception as error:  # noqa: BLE001 (the job fails, the pool goes on)
-                self._job_ended(job, None, JobError(job.index, f"could not start: {error}"))
+        """Start queued jobs, in order, where they fit (call with the lock held); a job of
+        several devices that does not fit yet claims the devices it waits for."""
+        claimed: set[int] = set()
+        devices = [slot.device for slot in self._slots]
+        for job in list(self._queue):
+            if self._closed or not self._free:
+                return
+            if job.state != "queued":  # started or dropped meanwhile (a nested call)
                 continue
-            if job.timeout is not None:
-                job.timer = threading.Timer(job.timeout, self._time_out, (job,))
-                job.timer.daemon = True
-                job.timer.start()
+            held = placement.place(self._free, job.num_devices, avoid=claimed)
+            if held is None:
+                if job.num_devices > 1:
+                    claimed |= placement.claim(self._free, devices, job.num_devices,
+                                               avoid=claimed)
+                continue
+            self._queue.remove(job)
+            for slot in held:
+                self._free.remove(slot)
+            self._start(job, held)
+
+    def _start(self, job: Job, held: list) -> None:
+        """Start ``job`` on the slots ``held`` (call with the lock held)."""
+        slot = placement.merge(held)
+        job.state, job.slot, job.held, job.future.slot = "running", slot, tuple(held), slot
+        self._running[job.index] = job
+        events = JobEvents(message=functools.partial(self._events.put, job.index),
+                           finished=functools.partial(self._job_ended, job))
+        try:
+            self._backend.start(job, slot, events)
+        except Exception as error:  # noqa: BLE001 (the job fails, the pool goes on)
+            self._job_ended(job, None, JobError(job.index, f"could not start: {error}"))
+            return
+        if job.timeout is not None:
+            job.timer = threading.Timer(job.timeout, self._time_out, (job,))
+            job.timer.daemon = True
+            job.timer.start()
 
     def _stop(self, job_index: int) -> bool:
         """Stop a job for ``JobFuture.cancel``: drop it from the queue or kill it. Returns
@@ -272,7 +312,7 @@ class DevicePool:
             if job.timer is not None:
                 job.timer.cancel()
             self._running.pop(job.index, None)
-            self._free.append(job.slot)
+            self._free.extend(job.held)
             reason = job.stop_reason
             self._start_queued()
             self._idle.notify_all()
