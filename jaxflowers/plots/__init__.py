@@ -1,12 +1,14 @@
-"""Charts (MATLAB's ``confusionchart``, the training-progress view, the sweep's grid, speedup).
+"""Charts (MATLAB's ``confusionchart``, the training-progress view, the sweep's grid, an
+experiment's parameters against its objective, speedup).
 
 Static charts use pyplot (Agg outside Jupyter, so nothing opens a window unasked); the
 live views update in place in Jupyter.
 """
 from jaxflowers.plots.confusion import ConfusionChart, confusion_chart
+from jaxflowers.plots.experiment import parameter_chart
 from jaxflowers.plots.speedup import speedup, speedup_table
 from jaxflowers.plots.sweep_grid import SweepProgressPlot, sweep_progress
 from jaxflowers.plots.training_progress import TrainingProgressPlot, training_progress
 
 __all__ = ["ConfusionChart", "SweepProgressPlot", "TrainingProgressPlot", "confusion_chart",
-           "speedup", "speedup_table", "sweep_progress", "training_progress"]
+           "parameter_chart", "speedup", "speedup_table", "sweep_progress", "training_progress"]

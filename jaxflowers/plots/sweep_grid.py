@@ -27,7 +27,8 @@ class _JobTrace:
     state: str = "queued"
 
 
-_STATE_COLORS = {"done": "tab:green", "failed": "tab:red", "cancelled": "tab:gray"}
+_STATE_COLORS = {"done": "tab:green", "failed": "tab:red", "cancelled": "tab:gray",
+                 "pruned": "tab:orange"}
 
 
 class SweepProgressPlot(LiveFigure):
@@ -62,8 +63,8 @@ class SweepProgressPlot(LiveFigure):
         """Record one progress message of job ``job_index`` (0-based).
 
         Args:
-          message: dict with ``state`` ("start", "iteration", "validation", "done", "failed"
-            or "cancelled"); iterations carry ``iteration`` (int) and ``accuracy`` (float,
+          message: dict with ``state`` ("start", "iteration", "validation", "done", "failed",
+            "cancelled" or "pruned"); iterations carry ``iteration`` (int) and ``accuracy`` (float,
             %), validations ``iteration`` and ``validation_accuracy`` (float, %). Other keys
             are ignored.
         """
@@ -88,6 +89,16 @@ class SweepProgressPlot(LiveFigure):
             # "start", "iteration" and "validation" all mean the job is running.
             job.state = state if state in _STATE_COLORS else "running"
         self._changed(force=state in _STATE_COLORS)  # always show a job's end at once
+
+    def reuse(self, job_index: int, title: str) -> None:
+        """Clear panel ``job_index`` and name it ``title``: a panel shows one job, then the
+        next (a view of the running trials of an experiment)."""
+        with self._lock:
+            if self.closed or not 0 <= job_index < self.num_jobs:
+                return
+            self.jobs[job_index] = _JobTrace(state="running")
+            self.titles[job_index] = str(title)
+        self._changed(force=True)
 
     def _draw(self, fig) -> None:
         from matplotlib.lines import Line2D

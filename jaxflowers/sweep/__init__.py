@@ -3,6 +3,7 @@
 ``DevicePool.submit`` (parfeval) returns ``concurrent.futures.Future``s; ``fetch_outputs``
 (fetchOutputs) collects them; ``report`` inside a job and ``DevicePool.after_each``
 (DataQueue + afterEach) carry progress; ``Future.cancel`` stops queued or running jobs.
+``Experiment`` searches parameters over such jobs (``jaxflowers.sweep.experiment``).
 Importing this package does not import JAX.
 """
 from jaxflowers.sweep.channel import report
@@ -10,5 +11,14 @@ from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError, fetch
 from jaxflowers.sweep.jobs import train_job
 from jaxflowers.sweep.pool import DevicePool
 
-__all__ = ["DevicePool", "JobError", "JobFuture", "JobTimeoutError", "fetch_outputs", "report",
-           "train_job"]
+from jaxflowers.sweep.experiment import (  # isort: skip (needs the pool above)
+    Experiment,
+    ExperimentResult,
+    integers,
+    loguniform,
+    uniform,
+)
+
+__all__ = ["DevicePool", "Experiment", "ExperimentResult", "JobError", "JobFuture",
+           "JobTimeoutError", "fetch_outputs", "integers", "loguniform", "report", "train_job",
+           "uniform"]
