@@ -54,7 +54,7 @@ def parameter_chart(table, parameters: Sequence[str], objective: str = "objectiv
         ax.set_axis_off()
     if len(valued):
         axes[0].legend(loc="best", fontsize="x-small")
-    figure.suptitle(title or f"{objective} of {len(valued)} trials")
+    figure.suptitle(title or f"{label or objective} of {len(valued)} trials")
     return figure
 
 

@@ -7,6 +7,7 @@ imports JAX), and the progress view, the parameter chart, the confusion chart an
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -16,6 +17,7 @@ import time
 from typing import Any, TextIO
 
 from jaxflowers import recipes
+from jaxflowers.plots.backend import in_jupyter
 from jaxflowers.sweep.example import report as example_report
 from jaxflowers.sweep.experiment import trial as jobs
 from jaxflowers.sweep.experiment.session import Session, open_search
@@ -61,19 +63,13 @@ def run_experiment(experiment, pool=None, *, devices="all", jobs_per_device: int
     Returns:
       An ``ExperimentResult``.
     """
-    from jaxflowers.sweep.pool import DevicePool
-
     start, stream = time.perf_counter(), stream or sys.stdout
     out = pathlib.Path(experiment.out_dir)
     search = open_search(experiment)
     recovered = search.recover()
     _introduce(experiment, search, recovered, stream)
     _prepare(experiment, stream)
-    own = pool is None
-    if own:
-        pool = DevicePool(devices, jobs_per_device, backend, address=address,
-                          log_dir=out / "logs" / time.strftime(f"%Y%m%d-%H%M%S-{os.getpid()}"))
-    try:
+    with _open_pool(pool, out, devices, jobs_per_device, backend, address) as pool:
         _check_devices(experiment, pool)
         view = _view(pool) if live else None
         print(f"Running on {pool.num_slots} slot(s) of a {pool.backend} pool; job logs in "
@@ -83,15 +79,23 @@ def run_experiment(experiment, pool=None, *, devices="all", jobs_per_device: int
         table = session.results()
         best = _best(table)
         tested = _test(experiment, pool, best, stream) if test and not interrupted else None
-    finally:
-        if own:
-            pool.shutdown(wait=not sys.exc_info()[0])
     paths = _figures(experiment, table, view, tested, out, stream)
     result = ExperimentResult(table, best, tested and tested[0], tuple(session.ran),
                               tuple(recovered), interrupted, time.perf_counter() - start,
                               experiment.storage_url, paths)
     _report(experiment, result, out, stream)
     return result
+
+
+def _open_pool(pool, out: pathlib.Path, devices, jobs_per_device, backend, address):
+    """``pool`` itself (left open), or a new ``DevicePool`` closed at the end."""
+    from jaxflowers.sweep.pool import DevicePool
+
+    if pool is not None:
+        return contextlib.nullcontext(pool)
+    session = time.strftime(f"%Y%m%d-%H%M%S-{os.getpid()}")
+    return DevicePool(devices, jobs_per_device, backend, address=address,
+                      log_dir=out / "logs" / session)
 
 
 def _introduce(experiment, search, recovered, stream: TextIO) -> None:
@@ -211,7 +215,7 @@ def _report(experiment, result: ExperimentResult, out: pathlib.Path, stream: Tex
     """Print the best trials and write ``experiment_results.json``."""
     table = result.table
     names = list(experiment.design.space)
-    if len(table):
+    if len(table) and not in_jupyter():  # Jupyter has shown it, updated in place
         shown = table[[*_SHOWN[:2], *names, *_SHOWN[2:]]].head(10)
         print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"), file=stream)
     if result.best is not None:

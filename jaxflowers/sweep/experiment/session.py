@@ -13,6 +13,7 @@ import concurrent.futures
 import dataclasses
 import pathlib
 import sys
+import textwrap
 import threading
 from typing import Any, Mapping, TextIO
 
@@ -127,8 +128,8 @@ class Session:
         log = pathlib.Path(self.pool.log_dir).resolve() / f"job-{future.job_index:04d}.log"
         trial.set_user_attr("log", str(log))
         if self.view is not None and run.panel is not None:
-            settings = " ".join(f"{k}={_short(v)}" for k, v in values.items())
-            self.view.reuse(run.panel, f"Trial {trial.number} ({settings})")
+            settings = ", ".join(f"{k}={_short(v)}" for k, v in values.items())
+            self.view.reuse(run.panel, textwrap.fill(f"Trial {trial.number} ({settings})", 48))
 
     def _panel(self) -> int | None:
         """The progress view's first panel no running trial shows."""
