@@ -177,3 +177,31 @@ def test_a_two_device_trial_runs_beside_one_device_trials_on_four_devices(tmp_pa
     starts = [t.datetime_start for t in study.trials]
     ends = [t.datetime_complete for t in study.trials]
     assert max(starts) < min(ends), "the three trials ran side by side"
+
+
+def test_the_search_benchmark_runs_on_a_tiny_cifar10_npz(tmp_path, shared_data):
+    """``benchmarks/experiment_search.py`` on an npz of 20 real CIFAR-10 JPEGs per class (its
+    GPU run takes the 50,000 of the training split): two trials, pruned and not, one epoch."""
+    files = [f for folder in sorted((shared_data / "cifar10-small" / "train").iterdir())
+             for f in sorted(folder.glob("*.jpg"))[:20]]
+    classes = sorted({f.parent.name for f in files})
+    blobs = [f.read_bytes() for f in files]
+    np.savez(tmp_path / "cifar10-train.npz", bytes=np.frombuffer(b"".join(blobs), np.uint8),
+             offsets=np.cumsum([0, *map(len, blobs)]), classes=np.array(classes),
+             labels=np.array([classes.index(f.parent.name) for f in files]))
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "experiment_search.py"), "--data",
+         str(tmp_path / "cifar10-train.npz"), "--trials", "2", "--epochs", "1", "--devices",
+         "2", "--out", str(tmp_path / "out")], env=_env(JAXFLOWERS_CACHE_DIR=str(tmp_path)),
+        capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    record = json.loads(result.stdout)  # stdout holds the JSON alone
+    assert [run["pruner"] for run in record["runs"]] == ["median", "none"]
+    for run in record["runs"]:
+        assert len(run["trials"]) == 2 and run["wall_time_s"] > 0
+        assert 0 <= run["best_validation_accuracy"] <= 100
+    points = [sorted((t["depth"], t["initial_learn_rate"]) for t in run["trials"])
+              for run in record["runs"]]
+    assert points[0] == points[1], "both runs search the same points"
+    assert record["device_kind"] == "cpu" and record["batch_per_device"] == 128
+    assert len(list((tmp_path / "out" / "cifar10-train").rglob("*.jpg"))) == 200
