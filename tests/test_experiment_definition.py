@@ -140,3 +140,18 @@ def test_defining_an_experiment_imports_neither_jax_nor_optuna():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_storage_is_a_url_or_a_file_and_its_password_stays_out_of_messages(tmp_path):
+    assert _experiment({"depth": [1]}, out_dir=tmp_path).storage_url == \
+        f"sqlite:///{tmp_path.resolve()}/experiment.db"
+    assert _experiment({"depth": [1]}, storage=str(tmp_path / "x.db")).storage_url == \
+        f"sqlite:///{tmp_path}/x.db"
+    shared = _experiment({"depth": [1]}, storage="postgresql://me:s3cret@db:5432/runs")
+    assert shared.storage_shown == "postgresql://me:***@db:5432/runs"
+
+
+def test_fixed_settings_must_be_plain_values():
+    with pytest.raises(ValueError, match=r"options\['augmentation'\]=.* is not JSON-able"):
+        _experiment({"depth": [1]}, options={"augmentation": jf.data.Augmentation()})
+    _experiment({"depth": [1]}, options={"augmentation": {"reflect_x": True}})

@@ -9,8 +9,10 @@ Imports neither JAX nor Optuna.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
+import re
 from typing import Any, Mapping
 
 from jaxflowers import recipes
@@ -88,6 +90,7 @@ class Experiment:
             raise ValueError(f"pruner={self.pruner!r}: use one of {', '.join(PRUNERS)}")
         if not self.params:
             raise ParameterError("an experiment needs at least one parameter to vary")
+        _check_plain(self.options)
         space = {name: parameters.as_parameter(name, spec) for name, spec in self.params.items()}
         recipe = recipes.recipe(self.recipe)
         design = Design(self.recipe, self.data or recipe.data, self.model or recipe.model,
@@ -125,6 +128,11 @@ class Experiment:
             return f"sqlite:///{(pathlib.Path(self.out_dir) / DATABASE).resolve()}"
         text = os.fspath(self.storage)
         return text if "://" in text else f"sqlite:///{os.path.abspath(text)}"
+
+    @property
+    def storage_shown(self) -> str:
+        """``storage_url`` with its password, if any, replaced by ``***`` (for logs)."""
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", self.storage_url)
 
     def definition(self) -> dict:
         """What makes this experiment itself (a rerun must match it): everything but the
@@ -188,6 +196,16 @@ class Experiment:
                 self.design.check({name: value}, f"parameter {name!r}")
         for index, point in enumerate(self.points or ()):
             self.design.check(point, f"trial {index} ({_settings(point)})")
+
+
+def _check_plain(options: Mapping) -> None:
+    """The fixed settings must travel as JSON (to the workers and into the study)."""
+    for name, value in options.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"options[{name!r}]={value!r} is not JSON-able: give plain values "
+                             "(an augmentation as a dict of Augmentation fields)") from None
 
 
 def _settings(point: Mapping) -> str:

@@ -37,7 +37,7 @@ class ExperimentResult:
     recovered: tuple[int, ...]  # trials a stopped caller left RUNNING, failed to be rerun
     interrupted: bool  # Ctrl-C (or SIGTERM) stopped the session; what finished is kept
     wall_time: float  # seconds of this session
-    storage: str  # the SQLAlchemy URL holding the trials
+    storage: str  # the SQLAlchemy URL holding the trials (its password hidden)
     paths: dict  # figure and result files written: name -> path
 
 
@@ -82,7 +82,7 @@ def run_experiment(experiment, pool=None, *, devices="all", jobs_per_device: int
     paths = _figures(experiment, table, view, tested, out, stream)
     result = ExperimentResult(table, best, tested and tested[0], tuple(session.ran),
                               tuple(recovered), interrupted, time.perf_counter() - start,
-                              experiment.storage_url, paths)
+                              experiment.storage_shown, paths)
     _report(experiment, result, out, stream)
     return result
 
@@ -101,7 +101,7 @@ def _open_pool(pool, out: pathlib.Path, devices, jobs_per_device, backend, addre
 def _introduce(experiment, search, recovered, stream: TextIO) -> None:
     finished = sum(t.state.name in ("COMPLETE", "PRUNED")
                    for t in search.study.get_trials(deepcopy=False))
-    print(f"Experiment {experiment.name!r} ({experiment.storage_url}): {experiment.strategy} "
+    print(f"Experiment {experiment.name!r} ({experiment.storage_shown}): {experiment.strategy} "
           f"search, {experiment.num_trials} trials over {', '.join(experiment.design.space)}; "
           f"objective {experiment.objective} ({experiment.goal})", file=stream)
     if finished or recovered:

@@ -15,7 +15,6 @@ import json
 import os
 import socket
 import time
-import warnings
 from typing import Any, Mapping, Sequence
 
 import optuna
@@ -63,6 +62,7 @@ class Search:
 
     Args:
       storage: an SQLAlchemy URL (``sqlite:///path.db``, ``postgresql://...``).
+      shown: how messages name the storage (the URL without its password).
       name: the study's name in that storage.
       definition: what the experiment is (JSON-able); a study of the same name defined
         otherwise is refused.
@@ -74,9 +74,9 @@ class Search:
       pruner: see ``make_pruner``.
     """
 
-    def __init__(self, *, storage: str, name: str, definition: Mapping, space: Mapping,
-                 points: Sequence[Mapping] | None, trials: int, direction: str, seed: int,
-                 pruner="none"):
+    def __init__(self, *, storage: str, shown: str, name: str, definition: Mapping,
+                 space: Mapping, points: Sequence[Mapping] | None, trials: int,
+                 direction: str, seed: int, pruner="none"):
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the experiment prints its own
         self.space, self.points, self.trials = dict(space), points, int(trials)
         self.owner = {"host": socket.gethostname(), "pid": os.getpid(),
@@ -85,12 +85,12 @@ class Search:
         rdb = optuna.storages.RDBStorage(storage, engine_kwargs=engine)
         self.study = optuna.create_study(storage=rdb, study_name=name, direction=direction,
                                          load_if_exists=True, pruner=make_pruner(pruner),
-                                         sampler=optuna.samplers.RandomSampler(seed))
-        _check_definition(self.study, dict(definition), name, storage)
-        done = len(self.study.get_trials(deepcopy=False))
-        self.study.sampler = (_PointSampler(self.points) if self.points is not None else
-                              optuna.samplers.TPESampler(  # a resumed study draws anew
-                                  seed=seed + done, n_startup_trials=min(10, max(2, trials // 3))))
+                                         sampler=_PointSampler(points or ()))
+        _check_definition(self.study, dict(definition), name, shown)
+        if points is None:  # TPE; a resumed study draws anew rather than repeat its start
+            done = len(self.study.get_trials(deepcopy=False))
+            self.study.sampler = optuna.samplers.TPESampler(
+                seed=seed + done, n_startup_trials=min(10, max(2, self.trials // 3)))
 
     def recover(self) -> list[int]:
         """Fail the RUNNING trials whose caller is gone; returns their numbers."""
@@ -162,9 +162,7 @@ def _check_definition(study: optuna.Study, definition: dict, name: str, storage:
     definition = json.loads(json.dumps(definition))  # as the storage gives it back
     stored = study.user_attrs.get("definition")
     if stored is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            study.set_user_attr("definition", definition)
+        study.set_user_attr("definition", definition)
         return
     differ = sorted(k for k in set(stored) | set(definition)
                     if stored.get(k) != definition.get(k))
@@ -173,3 +171,4 @@ def _check_definition(study: optuna.Study, definition: dict, name: str, storage:
             f"experiment {name!r} in {storage} was defined with other {', '.join(differ)} "
             f"({', '.join(f'{k}={stored.get(k)!r}' for k in differ)}); give it another name "
             "or output folder, or repeat its definition to resume it")
+

@@ -51,7 +51,8 @@ def open_search(experiment):
     from jaxflowers.sweep.experiment.search import Search
 
     pathlib.Path(experiment.out_dir).mkdir(parents=True, exist_ok=True)
-    return Search(storage=experiment.storage_url, name=experiment.name,
+    return Search(storage=experiment.storage_url, shown=experiment.storage_shown,
+                  name=experiment.name,
                   definition=experiment.definition(), space=experiment.design.space,
                   points=experiment.points, trials=experiment.num_trials,
                   direction=experiment.goal, seed=int(experiment.seed),
