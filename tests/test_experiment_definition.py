@@ -155,3 +155,4 @@ def test_fixed_settings_must_be_plain_values():
     with pytest.raises(ValueError, match=r"options\['augmentation'\]=.* is not JSON-able"):
         _experiment({"depth": [1]}, options={"augmentation": jf.data.Augmentation()})
     _experiment({"depth": [1]}, options={"augmentation": {"reflect_x": True}})
+    _experiment({"validation_patience": [2, 5]}, options={"output_network": "best-validation"})

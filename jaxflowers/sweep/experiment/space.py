@@ -9,6 +9,7 @@ keyword arguments of ``trial_job``. Imports no JAX.
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any, Mapping
 
 from jaxflowers import recipes
@@ -19,6 +20,9 @@ from jaxflowers.sweep.experiment.params import Parameter, ParameterError, Values
 _RESERVED = ("validation_data", "output_fn", "plots", "plots_path", "checkpoint_path",
              "log_dir")
 NOMINAL_TRAIN = 1000  # training images assumed when options are checked before loading data
+# What options are checked with for validation data: every trial validates on its plan's
+# validation set, which the caller does not load.
+_VALIDATION = types.SimpleNamespace(images=(), labels=(), class_names=())
 
 
 def _fields(cls) -> tuple[str, ...]:
@@ -103,14 +107,15 @@ class Design:
         Raises:
           ParameterError: ``what``, then the problem (an unknown name, a bad value).
         """
+        from jaxflowers.sweep.experiment.trial import trial_options
         from jaxflowers.sweep.jobs import job_options
 
         try:
             job = self.job(point, folder=".")
             model, arguments = job["model"]
             _check_model(model, arguments)
-            options = recipes.recipe(self.recipe).options(
-                job["execution"]["num_devices"], NOMINAL_TRAIN, **job["options"])
+            options = trial_options(self.recipe, job["execution"]["num_devices"],
+                                    NOMINAL_TRAIN, job["options"], _VALIDATION)
             job_options(options, job["execution"])
             _check_batch(options.mini_batch_size, job["execution"]["num_devices"])
         except (ValueError, TypeError, recipes.DataUnavailableError) as error:

@@ -38,7 +38,7 @@ def trial_job(*, recipe: str, data: dict, model, options: dict, execution: dict,
 
     train_set, validation_set, _ = recipes.load_plan(data)
     devices = int(execution.get("num_devices") or 1)
-    training = recipes.recipe(recipe).options(devices, len(train_set), **options)
+    training = trial_options(recipe, devices, len(train_set), options, validation_set)
     net, info = train_job(data={"train": train_set, "validation": validation_set},
                           model=model, options=training, execution=execution)
     out = pathlib.Path(folder)
@@ -48,6 +48,19 @@ def trial_job(*, recipe: str, data: dict, model, options: dict, execution: dict,
     return {**summary(info), "network": network, "metrics": metrics,
             "host": socket.gethostname(),
             "devices": os.environ.get("CUDA_VISIBLE_DEVICES") or "cpu"}
+
+
+def trial_options(recipe: str, num_devices: int, num_train: int, options: dict,
+                  validation_data):
+    """The ``TrainingOptions`` of a trial: the recipe's for its devices, training set and
+    validation set, with ``options`` (plain values: an augmentation or schedule as a dict)
+    replacing them. Imports no JAX."""
+    from jaxflowers.options import TrainingOptions
+
+    options = {**options, "validation_data": validation_data}
+    given = TrainingOptions.from_dict(options)  # dicts become their objects, checked
+    fields = {name: getattr(given, name) for name in options}
+    return recipes.recipe(recipe).options(num_devices, num_train, **fields)
 
 
 def summary(info) -> dict:
