@@ -144,15 +144,22 @@ class Experiment:
 
     # ------------------------------------------------------------------ running
 
-    def run(self, pool=None, **settings):
-        """Run the trials still missing; see ``run.run_experiment`` for ``settings``.
+    def run(self, pool=None, *, devices="all", jobs_per_device: int = 1,
+            backend: str = "local", address: str | None = None, stream=None,
+            live: bool = True, test: bool = True):
+        """Run the trials not yet finished (all of them the first time), side by side.
+
+        Args: those of ``run_experiment`` (``pool``, or ``devices``, ``jobs_per_device``,
+          ``backend`` and ``address`` for a new one; ``stream``, ``live``, ``test``).
 
         Returns:
-          An ``ExperimentResult`` whose ``table`` is the results table.
+          An ``ExperimentResult``: the results table, the best trial, its test accuracy.
         """
         from jaxflowers.sweep.experiment.run import run_experiment
 
-        return run_experiment(self, pool, **settings)
+        return run_experiment(self, pool, devices=devices, jobs_per_device=jobs_per_device,
+                              backend=backend, address=address, stream=stream, live=live,
+                              test=test)
 
     def table(self):
         """The results table as the storage holds it now (a pandas ``DataFrame``, one row

@@ -65,10 +65,11 @@ def run_experiment(experiment, pool=None, *, devices="all", jobs_per_device: int
     """
     start, stream = time.perf_counter(), stream or sys.stdout
     out = pathlib.Path(experiment.out_dir)
+    _introduce(experiment, stream)
+    _prepare(experiment, stream)  # a data set that cannot be read fails before the study
     search = open_search(experiment)
     recovered = search.recover()
-    _introduce(experiment, search, recovered, stream)
-    _prepare(experiment, stream)
+    _resuming(search, recovered, stream)
     with _open_pool(pool, out, devices, jobs_per_device, backend, address) as pool:
         _check_devices(experiment, pool)
         view = _view(pool) if live else None
@@ -98,12 +99,15 @@ def _open_pool(pool, out: pathlib.Path, devices, jobs_per_device, backend, addre
                       log_dir=out / "logs" / session)
 
 
-def _introduce(experiment, search, recovered, stream: TextIO) -> None:
-    finished = sum(t.state.name in ("COMPLETE", "PRUNED")
-                   for t in search.study.get_trials(deepcopy=False))
+def _introduce(experiment, stream: TextIO) -> None:
     print(f"Experiment {experiment.name!r} ({experiment.storage_shown}): {experiment.strategy} "
           f"search, {experiment.num_trials} trials over {', '.join(experiment.design.space)}; "
-          f"objective {experiment.objective} ({experiment.goal})", file=stream)
+          f"objective {experiment.objective} ({experiment.goal})", file=stream, flush=True)
+
+
+def _resuming(search, recovered, stream: TextIO) -> None:
+    finished = sum(t.state.name in ("COMPLETE", "PRUNED")
+                   for t in search.study.get_trials(deepcopy=False))
     if finished or recovered:
         lost = f", {len(recovered)} left running by a stopped caller (to be rerun)" \
             if recovered else ""

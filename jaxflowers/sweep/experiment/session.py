@@ -17,6 +17,7 @@ import textwrap
 import threading
 from typing import Any, Mapping, TextIO
 
+from jaxflowers.sweep.example.report import save_figure  # any output: a warning if lost
 from jaxflowers.sweep.experiment import trial as jobs
 from jaxflowers.sweep.experiment.table import LiveTable, frame, rows
 
@@ -35,7 +36,7 @@ class _Running:
     future: Any
     panel: int | None = None
     pruned_at: int | None = None
-    seen: dict = dataclasses.field(default_factory=dict)  # last and best validation values
+    seen: dict = dataclasses.field(default_factory=dict)  # best validation values so far
 
     def record(self, message: Mapping) -> None:
         """Keep the best validation accuracy and loss a job has reported."""
@@ -205,7 +206,7 @@ class Session:
     def _show(self, trial_number: int) -> None:
         table = self.results()
         self.table.update(table, trial_number)
-        _attempt(lambda: table.to_csv(self.out / "trials.csv", index=False))
+        save_figure(lambda path: table.to_csv(path, index=False), self.out / "trials.csv")
 
     def results(self):
         """The results table now (a pandas ``DataFrame``, best first)."""
@@ -217,12 +218,3 @@ class Session:
 def _short(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
-
-def _attempt(write) -> bool:
-    """Run ``write``; a failure is one warning line (an output lost costs only itself)."""
-    try:
-        write()
-    except Exception as error:  # noqa: BLE001
-        print(f"warning: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
-        return False
-    return True
