@@ -3,9 +3,9 @@ distributions (random and Bayesian search), and their command-line form.
 
 ``{"depth": [1, 2, 3], "initial_learn_rate": loguniform(1e-3, 1e-1)}`` in Python is
 ``--param depth=1,2,3 --param initial_learn_rate=loguniform:1e-3:1e-1`` on the command
-line. Each kind can draw a value from a numpy generator (random search), hand itself to
-Optuna (Bayesian search) and name the values a check must try. Imports no Optuna until a
-distribution is handed to it.
+line. Each kind can draw a value from a numpy generator (random search), ask an Optuna
+trial for one (``suggest``: what the study records, and Bayesian search) and name the
+values a check must try. Imports no Optuna.
 """
 from __future__ import annotations
 
@@ -46,10 +46,8 @@ class Values:
     def extremes(self) -> tuple:
         return self.values
 
-    def optuna(self):
-        from optuna.distributions import CategoricalDistribution
-
-        return CategoricalDistribution(self.values)
+    def suggest(self, trial, name: str) -> Any:
+        return trial.suggest_categorical(name, list(self.values))
 
     def __str__(self) -> str:
         return ",".join(json.dumps(v) if not isinstance(v, str) else v for v in self.values)
@@ -80,10 +78,8 @@ class Uniform:
     def extremes(self) -> tuple:
         return (float(self.low), float(self.high))
 
-    def optuna(self):
-        from optuna.distributions import FloatDistribution
-
-        return FloatDistribution(self.low, self.high, log=self.log)
+    def suggest(self, trial, name: str) -> float:
+        return trial.suggest_float(name, self.low, self.high, log=self.log)
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.low!r}:{self.high!r}"
@@ -114,10 +110,8 @@ class Integers:
     def extremes(self) -> tuple:
         return (int(self.low), int(self.high))
 
-    def optuna(self):
-        from optuna.distributions import IntDistribution
-
-        return IntDistribution(self.low, self.high, log=self.log)
+    def suggest(self, trial, name: str) -> int:
+        return trial.suggest_int(name, self.low, self.high, log=self.log)
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.low}:{self.high}"

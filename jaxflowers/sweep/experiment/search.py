@@ -21,7 +21,6 @@ import optuna
 from optuna.trial import TrialState
 
 from jaxflowers.host.processes import is_alive, start_time
-from jaxflowers.sweep.experiment import params as parameters
 
 HEARTBEAT = 20.0  # seconds between the heartbeats of a caller's running trials
 GRACE = 120.0  # a RUNNING trial of another host without a heartbeat for this long is lost
@@ -121,7 +120,7 @@ class Search:
         trial.set_user_attr("point", point)
         trial.set_user_attr("owner", self.owner)
         trial.set_user_attr("heartbeat", time.time())
-        return trial, {name: _suggest(trial, name, p) for name, p in self.space.items()}
+        return trial, {name: p.suggest(trial, name) for name, p in self.space.items()}
 
     def heartbeat(self, trials: Sequence[optuna.Trial]) -> None:
         """Say that this caller still runs ``trials``."""
@@ -147,14 +146,6 @@ class Search:
         if owner.get("host") == self.owner["host"]:
             return is_alive(owner.get("pid", -1), owner.get("started"))
         return time.time() - float(trial.user_attrs.get("heartbeat", 0.0)) < GRACE
-
-
-def _suggest(trial: optuna.Trial, name: str, parameter) -> Any:
-    if isinstance(parameter, parameters.Values):
-        return trial.suggest_categorical(name, list(parameter.values))
-    if isinstance(parameter, parameters.Integers):
-        return trial.suggest_int(name, parameter.low, parameter.high, log=parameter.log)
-    return trial.suggest_float(name, parameter.low, parameter.high, log=parameter.log)
 
 
 def _check_definition(study: optuna.Study, definition: dict, name: str, storage: str) -> None:
