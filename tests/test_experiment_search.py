@@ -110,3 +110,15 @@ def test_the_table_has_one_row_per_point_best_first(tmp_path):
     assert chart.axes[0].get_ylabel() == "validation_accuracy"
     assert [t.get_text() for t in chart.axes[0].get_xticklabels()] == ["1", "2", "3"]
     jf.plots.backend.pyplot().close(chart)
+
+
+def test_two_callers_asking_for_one_point_leave_it_to_the_first(tmp_path):
+    """Two machines on one study: a caller that asks for a point another live caller was
+    given first gives it up (and next_point moves on); the table leaves that attempt out."""
+    experiment = _experiment(tmp_path)
+    first, second = open_search(experiment), open_search(experiment)
+    trial, _ = first.ask(0)
+    assert second.ask(0) is None and second.next_point() == 1
+    first.tell(trial, COMPLETE, 60.0)
+    table = frame(rows(second.study.get_trials(), ["depth"]), ["depth"], "maximize")
+    assert table["trial"].tolist() == [trial.number] and table["attempts"].tolist() == [1]

@@ -114,12 +114,21 @@ class Search:
                 taken.add(point)
         return next((p for p in range(self.trials) if p not in taken), None)
 
-    def ask(self, point: int) -> tuple[optuna.Trial, dict]:
-        """A new trial for ``point``; returns it and its parameter values."""
+    def ask(self, point: int) -> tuple[optuna.Trial, dict] | None:
+        """A new trial for ``point``; returns it and its parameter values, or None when
+        another caller took the point at the same moment (the one asked first keeps it)."""
         trial = self.study.ask()
         trial.set_user_attr("point", point)
         trial.set_user_attr("owner", self.owner)
         trial.set_user_attr("heartbeat", time.time())
+        rival = next((t.number for t in self.study.get_trials(deepcopy=False)
+                      if t.user_attrs.get("point") == point and t.number < trial.number and
+                      (t.state in FINISHED or (t.state == TrialState.RUNNING and
+                                               self._taken(t)))), None)
+        if rival is not None:
+            trial.set_user_attr("duplicate_of", rival)  # left out of the results table
+            self.study.tell(trial, state=TrialState.FAIL)
+            return None
         return trial, {name: p.suggest(trial, name) for name, p in self.space.items()}
 
     def heartbeat(self, trials: Sequence[optuna.Trial]) -> None:

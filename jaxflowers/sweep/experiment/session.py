@@ -119,7 +119,10 @@ class Session:
                    for r in self.running.values())
 
     def _submit(self, point: int) -> None:
-        trial, values = self.search.ask(point)
+        asked = self.search.ask(point)
+        if asked is None:  # another caller took it this moment: next_point now knows
+            return
+        trial, values = asked
         folder = self.out / "trials" / f"trial-{trial.number:04d}"
         future = self.pool.submit(jobs.trial_job, timeout=self.experiment.timeout,
                                   num_devices=self.design.num_devices(values),

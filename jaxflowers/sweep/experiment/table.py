@@ -30,6 +30,8 @@ def rows(trials: Iterable, names: Sequence[str]) -> list[dict]:
     """One row per point from Optuna ``FrozenTrial``s (``names``: the parameters)."""
     by_point: dict[Any, list[dict]] = {}
     for trial in trials:
+        if "duplicate_of" in trial.user_attrs:  # asked for a point another caller had
+            continue
         row = _row(trial, names)
         by_point.setdefault(row["point"], []).append(row)
     chosen = []
