@@ -3,7 +3,8 @@
 The definition is checked whole when it is made: unknown parameters, values of the wrong
 type, empty grids, distributions with low above high and objectives that no trial reports
 are one-line errors naming the parameter, before any worker or database is touched.
-``Experiment.run`` (``session.py``) runs the trials; the results live in Optuna's storage.
+``Experiment.run`` (``run.py``, ``session.py``) runs the trials; the results live in
+Optuna's storage.
 Imports neither JAX nor Optuna.
 """
 from __future__ import annotations

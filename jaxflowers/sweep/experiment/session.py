@@ -195,8 +195,9 @@ class Session:
     def _tell(self, run: _Running, state: str, value: float | None = None, **attrs) -> None:
         from optuna.trial import TrialState
 
-        slot = run.future.slot
-        where = {"where": slot.where} if slot is not None else {}
+        slot = run.future.slot  # Ray places its tasks itself: a local slot's words only
+        where = {"where": slot.where} if slot is not None and self.pool.backend == "local" \
+            else {}
         attrs = {**where, **run.seen, **{k: v for k, v in attrs.items() if v is not None}}
         try:
             with self.lock:
