@@ -196,8 +196,8 @@ class Session:
         from optuna.trial import TrialState
 
         slot = run.future.slot  # Ray places its tasks itself: a local slot's words only
-        where = {"where": slot.where} if slot is not None and self.pool.backend == "local" \
-            else {}
+        local = slot is not None and self.pool.backend == "local"
+        where = {"where": slot.where if local else f"a {self.pool.backend} worker"}
         attrs = {**where, **run.seen, **{k: v for k, v in attrs.items() if v is not None}}
         try:
             with self.lock:

@@ -87,11 +87,13 @@ def trial_line(row: Mapping, names: Sequence[str], objective: str, rank: str = "
         head += f": {row.get('error') or 'failed'}"
     else:
         head += f": {objective} {format_value(objective, row.get('objective'))}"
+    import pandas
+
     settings = " ".join(f"{n}={_short(row.get(n))}" for n in names)
-    wall = row.get("wall_time")
-    where = f"{wall:.1f} s" if wall is not None else ""
-    if row.get("where"):
-        where += f" on {row['where']}"
+    wall, place = row.get("wall_time"), row.get("where")
+    where = "" if pandas.isna(wall) else f"{wall:.1f} s"
+    if isinstance(place, str):
+        where += f" on {place}"
     return " | ".join(part for part in (head, settings, where.strip(), rank) if part)
 
 
