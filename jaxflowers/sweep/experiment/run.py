@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import pathlib
@@ -170,19 +171,20 @@ def _test(experiment, pool, best, stream: TextIO):
     score = 100.0 * accuracy(codes, test_set.labels)
     print(f"Test accuracy of trial {best['trial']}: {score:.2f}% ({len(test_set)} images)",
           file=stream, flush=True)
+    title = f"Trial {best['trial']}: test accuracy {score:.2f}%"
+    return score, functools.partial(_confusion, test_set.labels, codes, class_names, title)
 
-    def save(path):
-        from matplotlib.figure import Figure
 
-        from jaxflowers.plots import confusion_chart
+def _confusion(labels, codes, class_names, title: str, path) -> None:
+    """Save the confusion chart of ``codes`` against ``labels``, as the example does."""
+    from matplotlib.figure import Figure
 
-        figure = Figure(figsize=(9, 9), layout="tight")
-        confusion_chart(test_set.labels, codes, class_names, ax=figure.gca(),
-                        row_summary="row-normalized", column_summary="column-normalized",
-                        title=f"Trial {best['trial']}: test accuracy {score:.2f}%")
-        figure.savefig(path, dpi=100)
+    from jaxflowers.plots import confusion_chart
 
-    return score, save
+    figure = Figure(figsize=(9, 9), layout="tight")  # outside pyplot: nothing left open
+    confusion_chart(labels, codes, class_names, ax=figure.gca(), row_summary="row-normalized",
+                    column_summary="column-normalized", title=title)
+    figure.savefig(path, dpi=100)
 
 
 def _figures(experiment, table, view, tested, out: pathlib.Path, stream: TextIO) -> dict:
