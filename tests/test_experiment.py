@@ -100,7 +100,7 @@ def test_pruning_stops_a_trial_early_and_the_table_says_where(tmp_path):
     assert table["stop_reason"][1] == "pruned at iteration 6"
     assert table["objective"][1] == table["best_validation_accuracy"][1] < 15
     log = pathlib.Path(table["log"][1]).read_text()
-    assert "Training finished" not in log and pd.isna(table["network"][1])
+    assert "max epochs completed" not in log and pd.isna(table["network"][1])  # stopped
     assert pathlib.Path(table["network"][0]).is_file()
     study = optuna.load_study(study_name="experiment", storage=experiment.storage_url)
     assert list(study.trials[1].intermediate_values) == [6]
