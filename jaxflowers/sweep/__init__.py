@@ -7,17 +7,16 @@
 Importing this package does not import JAX.
 """
 from jaxflowers.sweep.channel import report
-from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError, fetch_outputs
-from jaxflowers.sweep.jobs import train_job
-from jaxflowers.sweep.pool import DevicePool
-
-from jaxflowers.sweep.experiment import (  # isort: skip (needs the pool above)
+from jaxflowers.sweep.experiment import (
     Experiment,
     ExperimentResult,
     integers,
     loguniform,
     uniform,
 )
+from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError, fetch_outputs
+from jaxflowers.sweep.jobs import train_job
+from jaxflowers.sweep.pool import DevicePool
 
 __all__ = ["DevicePool", "Experiment", "ExperimentResult", "JobError", "JobFuture",
            "JobTimeoutError", "fetch_outputs", "integers", "loguniform", "report", "train_job",
