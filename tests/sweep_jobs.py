@@ -119,3 +119,10 @@ def report_memory_then_sleep(peak: int, limit: int, seconds: float):
             "device_memory": {"peak": peak, "limit": limit}})
     time.sleep(seconds)
     return os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION"), start, time.time()
+def placed(seconds: float):
+    """(the CPU devices and GPUs this worker was given, start time, end time) of a job that
+    sleeps ``seconds``."""
+    start = time.time()
+    time.sleep(seconds)
+    devices = os.environ.get("JAX_NUM_CPU_DEVICES"), os.environ.get("CUDA_VISIBLE_DEVICES")
+    return devices, start, time.time()

@@ -76,3 +76,28 @@ def test_parallel_sweep_notebook_runs_every_step(tmp_path, shared_data):
     assert len(images(tested)) == 1  # the confusion chart, shown inline
     accuracy = float(re.search(r"REPORT (\S+)", text(notebook.cells[-1])).group(1))
     assert accuracy > 0.15  # ten classes, chance is 0.1; one epoch reaches about 0.24
+
+
+def html(cell) -> list:
+    return [o for o in cell.get("outputs", ()) if "text/html" in o.get("data", {})]
+
+
+@pytest.mark.slow
+def test_experiment_notebook_runs_a_small_random_search_and_resumes(tmp_path):
+    """Four trials of two epochs on the digits (two CPU slots), pruned by the median; then
+    the same experiment again, which finds nothing left to run."""
+    notebook = run_notebook("experiment.ipynb", tmp_path, "result.test_accuracy",
+                            XLA_FLAGS="--xla_backend_optimization_level=0",
+                            JAXFLOWERS_NOTEBOOK_TRIALS="4", JAXFLOWERS_NOTEBOOK_EPOCHS="2")
+    running = cell_running(notebook, "experiment.run(devices")
+    assert len(images(running)) == 1  # the live view, updated in place to its last frame
+    assert len(html(running)) == 1  # the results table, updated in place
+    assert html(cell_running(notebook, "table = result.table"))
+    assert images(cell_running(notebook, "parameter_chart("))
+    best = cell_running(notebook, "best = result.best")
+    assert re.search(r"test accuracy [\d.]+%", text(best)) and len(images(best)) == 1
+    again = text(cell_running(notebook, "again = experiment.run("))
+    assert "ran 0 trial(s) this time; 4 in the table" in again
+    assert (tmp_path / "experiment" / "experiment.db").is_file()
+    accuracy = float(re.search(r"REPORT (\S+)", text(notebook.cells[-1])).group(1))
+    assert 0.0 <= accuracy <= 100.0

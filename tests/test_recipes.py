@@ -83,6 +83,36 @@ def test_every_model_builds_at_its_image_size(name):
         assert model.depth == 3
 
 
+@pytest.mark.parametrize("name", sorted(recipes.MODELS))
+def test_the_model_arguments_are_the_networks_own(name):
+    """``MODEL_ARGUMENTS`` (what an experiment may vary without importing the models) names
+    fields of each network's module, with the type of their values."""
+    import collections.abc
+    import dataclasses
+    import typing
+
+    spec = ("resnet", {"stage_sizes": [1, 1]}) if name == "resnet" else (name, {})
+    module = type(recipes.build_model(spec, 3))
+    fields = {f.name: f for f in dataclasses.fields(module)}
+    hints = typing.get_type_hints(module)
+    for argument, kind in recipes.MODEL_ARGUMENTS[name].items():
+        if argument == "block":  # resnet's block is a name of its BLOCKS, stored as the class
+            continue
+        assert argument in fields, (name, argument)
+        allowed = typing.get_args(hints[argument]) or (hints[argument],)
+        assert kind in allowed or (kind is list and typing.get_origin(hints[argument]) is
+                                   collections.abc.Sequence), (name, argument, hints[argument])
+
+
+def test_cifar_net_takes_a_width_and_its_spec_keeps_it():
+    model = recipes.build_model(("cifar_net", {"depth": 2, "width": 6}), 10)
+    assert recipes.model_spec(model) == ("cifar_net", {"depth": 2, "num_classes": 10,
+                                                       "width": 6})
+    assert "width" not in recipes.model_spec(jf.models.cifar_net(2))[1]  # the example's rule
+    with pytest.raises(ValueError, match=r"cifar_net\(width=0\)"):
+        jf.models.cifar_net(2, width=0)
+
+
 def test_unknown_names_are_refused_with_the_known_ones():
     with pytest.raises(ValueError, match="recipe='matlab'.*flowers, flowers-tuned, sweep"):
         recipes.recipe("matlab")

@@ -1,11 +1,13 @@
-"""``python -m jaxflowers sweep``: MATLAB's parfeval example from the shell. Imports no JAX:
-the workers own the devices."""
+"""``python -m jaxflowers sweep``: MATLAB's parfeval example from the shell, or with
+``--param`` an experiment over any parameter (``jaxflowers.cli.experiment``). Imports no
+JAX: the workers own the devices."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 
+from jaxflowers.cli import experiment as experiment_cli
 from jaxflowers.cli.args import non_negative_int, positive_int, positive_int_or_auto
 from jaxflowers.host import signals
 
@@ -15,15 +17,16 @@ def add_parser(commands, parents=()) -> argparse.ArgumentParser:
     sweep = commands.add_parser(
         "sweep", parents=list(parents),
         help="train cifar_net of several depths side by side (MATLAB's parfeval example), "
-             "test the best")
-    sweep.add_argument("--depths", type=positive_int, nargs="+", default=[1, 2, 3, 4],
+             "or run an experiment over any parameter (--param), test the best")
+    sweep.add_argument("--depths", type=positive_int, nargs="+", default=None,
                        metavar="D", help="one job per cifar_net depth (default: 1 2 3 4)")
     sweep.add_argument("--data", default="digits",
                        help="digits (embedded in scikit-learn, offline; default), cifar10 "
                             "(TFDS, prepared beforehand), or a folder of class folders (or "
                             "of train/ and test/)")
-    sweep.add_argument("--epochs", type=positive_int, default=30,
-                       help="training epochs per job (default: 30)")
+    sweep.add_argument("--epochs", type=positive_int, default=None,
+                       help="training epochs per job (default: 30; an experiment: the "
+                            "recipe's)")
     sweep.add_argument("--devices", default="all",
                        help="all (default) or a number of GPUs (CPU slots without GPUs)")
     sweep.add_argument("--jobs-per-device", type=positive_int_or_auto, default=1,
@@ -43,6 +46,7 @@ def add_parser(commands, parents=()) -> argparse.ArgumentParser:
     sweep.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                        help="set a TrainingOptions (or ExecutionOptions) field in every job "
                             "(JSON value), e.g. --option steps_per_dispatch=1; repeatable")
+    experiment_cli.add_arguments(sweep)
     return sweep
 
 
@@ -75,8 +79,11 @@ def run(args: argparse.Namespace) -> int:
         job_options(overrides)  # before any worker starts
     except (ValueError, TypeError) as error:
         return _error(f"--option: {error}")
+    if args.param:
+        return experiment_cli.run(args, overrides)
     try:
-        result = run_sweep(args.depths, data=args.data, epochs=args.epochs, devices=devices,
+        result = run_sweep(args.depths or [1, 2, 3, 4], data=args.data,
+                           epochs=args.epochs or 30, devices=devices,
                            jobs_per_device=args.jobs_per_device,
                            mps={"auto": "auto", "on": True, "off": False}[args.mps],
                            out_dir=args.out,

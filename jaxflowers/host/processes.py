@@ -27,3 +27,26 @@ def start_module(module: str, *args: str, env: Mapping[str, str] | None = None,
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = package_path(env.get("PYTHONPATH"))
     return subprocess.Popen([sys.executable, "-m", module, *args], env=env, **popen)
+
+
+def start_time(pid: int) -> str | None:
+    """When process ``pid`` started, as the kernel counts it (``/proc/PID/stat``), or None
+    where that cannot be read: with the pid, it names one process even after pid reuse."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def is_alive(pid: int, started: str | None = None) -> bool:
+    """Whether process ``pid`` exists on this machine and, when ``started`` is given (its
+    ``start_time``), is still the process that started then."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process holds the pid
+        pass
+    now = start_time(pid)
+    return started is None or now is None or now == started

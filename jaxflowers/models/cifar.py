@@ -24,6 +24,7 @@ class CifarNet(nn.Module):
     Attributes:
       depth: convolutions per block (1-4 in the example).
       num_classes, dtype: outputs; compute dtype (parameters stay float32).
+      width: filters of the first block; None: ``cifar_width(depth)``, the example's.
       bn_axis_name: mesh axis for synchronised batch norm, or None.
       dense_init: name of the dense kernel's ``flax.linen.initializers`` function (JSON-able).
     """
@@ -33,10 +34,11 @@ class CifarNet(nn.Module):
     dtype: Any = jnp.float32
     bn_axis_name: str | None = None
     dense_init: str = "glorot_uniform"
+    width: int | None = None
 
     @nn.compact
     def __call__(self, x, train: bool = True):
-        width = cifar_width(self.depth)
+        width = cifar_width(self.depth) if self.width is None else self.width
         for block, filters in enumerate((width, 2 * width, 4 * width)):
             for _ in range(self.depth):
                 x = Conv(filters, (3, 3), padding="SAME", dtype=self.dtype,
@@ -58,13 +60,16 @@ def cifar_net(depth: int, num_classes: int = 10, **kwargs) -> CifarNet:
     Args:
       depth: convolutions per block, a positive integer.
       num_classes: number of classes (10 for CIFAR-10).
-      **kwargs: ``dtype``, ``bn_axis_name`` or ``dense_init`` (see ``CifarNet``).
+      **kwargs: ``width``, ``dtype``, ``bn_axis_name`` or ``dense_init`` (see ``CifarNet``).
 
     Returns:
       A ``CifarNet`` mapping (B, 32, 32, 3) to float32 logits (B, num_classes).
     """
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"cifar_net(depth={depth!r}): depth must be a positive integer")
+    width = kwargs.get("width")
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
+        raise ValueError(f"cifar_net(width={width!r}): width must be a positive integer or None")
     dense_init = kwargs.get("dense_init", "glorot_uniform")
     if not (isinstance(dense_init, str) and callable(getattr(nn.initializers, dense_init, None))):
         raise ValueError(f"cifar_net(dense_init={dense_init!r}): name a flax.linen.initializers "

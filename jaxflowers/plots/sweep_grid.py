@@ -22,7 +22,8 @@ class _JobTrace:
     state: str = "queued"
 
 
-_STATE_COLORS = {"done": "tab:green", "failed": "tab:red", "cancelled": "tab:gray"}
+_STATE_COLORS = {"done": "tab:green", "failed": "tab:red", "cancelled": "tab:gray",
+                 "pruned": "tab:orange"}
 
 
 class SweepProgressPlot(LiveFigure):
@@ -49,7 +50,8 @@ class SweepProgressPlot(LiveFigure):
         super().__init__(figsize=(4.5 * self.ncols, 3.2 * rows), min_interval=min_interval)
 
     def update(self, job_index: int, message: Mapping) -> None:
-        """Record one progress message (``state``, ``iteration``, ``[validation_]accuracy`` %)."""
+        """Record one progress message (``state``: start, iteration, validation, done, failed,
+        cancelled or pruned; ``iteration``, ``[validation_]accuracy`` %)."""
         state = message.get("state", "iteration")
         with self._lock:
             if self.closed:  # the grid shows the jobs it was made for, as they ended
@@ -71,6 +73,16 @@ class SweepProgressPlot(LiveFigure):
             # "start", "iteration" and "validation" all mean the job is running.
             job.state = state if state in _STATE_COLORS else "running"
         self._changed(force=state in _STATE_COLORS)  # always show a job's end at once
+
+    def reuse(self, job_index: int, title: str) -> None:
+        """Clear panel ``job_index`` and name it ``title``: a panel shows one job, then the
+        next (a view of the running trials of an experiment)."""
+        with self._lock:
+            if self.closed or not 0 <= job_index < self.num_jobs:
+                return
+            self.jobs[job_index] = _JobTrace(state="running")
+            self.titles[job_index] = str(title)
+        self._changed(force=True)
 
     def _draw(self, fig) -> None:
         from matplotlib.lines import Line2D

@@ -26,9 +26,16 @@ from jaxflowers.recipes.examples import (
                                          recipe_for,
                                          sweep_options,
 )
-from jaxflowers.recipes.networks import IMAGE_SIZE, MODELS, build_model, model_spec
+from jaxflowers.recipes.networks import (
+                                         IMAGE_SIZE,
+                                         MODEL_ARGUMENTS,
+                                         MODELS,
+                                         build_model,
+                                         model_spec,
+)
 
-__all__ = ["DATASETS", "DataUnavailableError", "EXAMPLE_AUGMENTATION", "IMAGE_SIZE", "MODELS",
+__all__ = ["DATASETS", "DataUnavailableError", "EXAMPLE_AUGMENTATION", "IMAGE_SIZE",
+           "MODEL_ARGUMENTS", "MODELS",
            "RECIPES", "Recipe", "augmentation", "build_model", "data_plan", "describe_plan",
            "digits_options", "flowers_options", "flowers_pretrained_options",
            "flowers_tuned_options", "is_plan",

@@ -10,6 +10,16 @@ from typing import Any, Mapping, Sequence
 IMAGE_SIZE = {"cifar_net": (32, 32), "resnet18": (224, 224), "resnet34": (224, 224),
               "resnet50": (224, 224), "resnet101": (224, 224)}
 MODELS = (*IMAGE_SIZE, "resnet")  # "resnet": any stage sizes, model_spec's for custom ones
+# The keyword arguments a spec may give each network, and their types (tests/test_recipes.py
+# checks them against the factories), so a sweep's caller checks a model argument without
+# importing the models (and JAX).
+_RESNET_ARGUMENTS = {"num_filters": int, "stem": str}
+MODEL_ARGUMENTS = {
+    "cifar_net": {"depth": int, "width": int, "dense_init": str},
+    **{name: _RESNET_ARGUMENTS for name in MODELS if name.startswith("resnet") and
+       name != "resnet"},
+    "resnet": {"stage_sizes": list, "block": str, **_RESNET_ARGUMENTS},
+}
 
 
 def build_model(spec, num_classes: int | None = None):
@@ -43,6 +53,8 @@ def model_spec(model) -> tuple[str, dict]:
         kwargs = {"depth": model.depth, "num_classes": model.num_classes}
         if model.dense_init != "glorot_uniform":
             kwargs["dense_init"] = model.dense_init
+        if model.width is not None:
+            kwargs["width"] = model.width
         return "cifar_net", kwargs
     if type(model) is ResNet:
         block = next(name for name, cls in BLOCKS.items() if cls is model.block_cls)

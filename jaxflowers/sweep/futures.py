@@ -36,12 +36,14 @@ class JobTimeoutError(JobError, TimeoutError):
 
 class JobFuture(Future):
     """A ``concurrent.futures.Future`` of one job (MATLAB: ``parallel.FevalFuture``) whose
-    ``cancel()`` also stops a running job; ``job_index`` is its number in the pool."""
+    ``cancel()`` also stops a running job; ``job_index`` is its number in the pool, ``slot``
+    where it runs once started (``slot.where`` in words)."""
 
     def __init__(self, job_index: int, *, stop_job: Callable[[int], bool],
                  job_running: Callable[[int], bool]):
         super().__init__()
         self.job_index = job_index
+        self.slot = None
         self._stop_job, self._job_running = stop_job, job_running
         self._cancel_lock, self._rebuild_lock = threading.Lock(), threading.Lock()
         self._rebuilt: tuple[Any] | None = None

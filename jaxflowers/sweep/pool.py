@@ -1,7 +1,8 @@
 """``DevicePool``: run job functions on every GPU (or CPU slot) side by side.
 
-The pool schedules (queue, slots, timeouts, cancellation, ``after_each``); a backend runs the
-processes. Nothing here imports JAX: the caller must not hold a GPU while its workers start.
+The pool schedules (a FIFO queue; one slot per job, or whole devices for a job over
+several; timeouts, cancellation, ``after_each``); a backend runs the processes. Nothing here
+imports JAX: the caller must not hold a GPU while its workers start.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from jaxflowers.host import mps
 from jaxflowers.sweep import shutdown as interrupts
+from jaxflowers.sweep import slots as placement
 from jaxflowers.sweep import transfer
 from jaxflowers.sweep.backends.base import Backend, Job, JobEvents
 from jaxflowers.sweep.events import EventDispatcher
@@ -139,6 +141,11 @@ class DevicePool:
         return len(self._slots)
 
     @property
+    def num_devices(self) -> int:
+        """How many devices (GPUs, or CPU devices) the slots are spread over."""
+        return len({slot.device for slot in self._slots})
+
+    @property
     def backend(self) -> str:
         """"local" or "ray"."""
         return self._backend.name
@@ -149,20 +156,25 @@ class DevicePool:
         return self._backend.log_dir
 
     def submit(self, fn: Callable | str, /, *args: Any, timeout: float | None = None,
-               **kwargs: Any) -> JobFuture:
+               num_devices: int = 1, **kwargs: Any) -> JobFuture:
         """Schedule ``fn(*args, **kwargs)`` in a worker (MATLAB: ``parfeval``); its ``JobFuture``.
 
         Args:
           fn: a top-level function of an importable module, or "module:qualname".
           *args, **kwargs: JSON-able values and numpy arrays (memory-mapped, read-only in the job).
           timeout: seconds the job may run once started, then it is killed (``JobTimeoutError``).
+          num_devices: devices the job trains on; a job of several waits until that many
+            devices have no other job, then owns them whole (the devices it waits for take
+            no new job meanwhile; the others go on).
 
         Raises:
           TypeError: ``fn`` is not importable by reference, or an argument is not JSON-able.
+          ValueError: a bad ``timeout``, or ``num_devices`` beyond the pool's devices.
           RuntimeError: the pool is shut down.
         """
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+        self._check_devices(num_devices)
         if self._shutdown:
             raise RuntimeError("cannot submit jobs to a DevicePool after shutdown")
         reference = transfer.job_reference(fn)
@@ -179,7 +191,7 @@ class DevicePool:
                 raise RuntimeError("cannot submit jobs to a DevicePool after shutdown")
             index = len(self._jobs)
             future = JobFuture(index, stop_job=self._stop, job_running=self._is_running)
-            job = Job(index, future, reference, staged, timeout)
+            job = Job(index, future, reference, staged, timeout, num_devices=num_devices)
             self._jobs.append(job)
             self._queue.append(job)
             self._start_queued()
@@ -236,28 +248,59 @@ class DevicePool:
 
     # ------------------------------------------------------------------ scheduling
 
+    def _check_devices(self, num_devices: int) -> None:
+        devices = self.num_devices
+        if self._auto and num_devices != 1:
+            raise ValueError("jobs_per_device='auto' packs jobs of one device; give the pool "
+                             "a number of jobs per device for jobs of several")
+        if isinstance(num_devices, bool) or not isinstance(num_devices, int) \
+                or not 1 <= num_devices <= devices:
+            raise ValueError(f"num_devices={num_devices!r} must be an integer from 1 to the "
+                             f"pool's {devices} device(s)")
+
     def _start_queued(self) -> None:
-        """Start queued jobs while slots are free (call with the lock held)."""
-        while self._queue and self._free and not self._closed:
-            job, slot = self._queue.popleft(), self._free.popleft()
-            job.state, job.slot = "running", slot
-            self._running[job.index] = job
-            events = JobEvents(message=functools.partial(self._message, job),
-                               finished=functools.partial(self._job_ended, job))
-            try:
-                self._backend.start(job, slot, events)
-            except Exception as error:  # noqa: BLE001 (the job fails, the pool goes on)
-                self._job_ended(job, None, JobError(job.index, f"could not start: {error}"))
+        """Start queued jobs, in order, where they fit (call with the lock held); a job of
+        several devices that does not fit yet claims the devices it waits for."""
+        claimed: set[int] = set()
+        devices = [slot.device for slot in self._slots]
+        for job in list(self._queue):
+            if self._closed or not self._free:
+                return
+            if job.state != "queued":  # started or dropped meanwhile (a nested call)
                 continue
-            if job.timeout is not None:
-                job.timer = threading.Timer(job.timeout, self._time_out, (job,))
-                job.timer.daemon = True
-                job.timer.start()
+            held = placement.place(self._free, job.num_devices, avoid=claimed)
+            if held is None:
+                if job.num_devices > 1:
+                    claimed |= placement.claim(self._free, devices, job.num_devices,
+                                               avoid=claimed)
+                continue
+            self._queue.remove(job)
+            for slot in held:
+                self._free.remove(slot)
+            self._start(job, held)
+
+    def _start(self, job: Job, held: list) -> None:
+        """Start ``job`` on the slots ``held`` (call with the lock held)."""
+        slot = placement.merge(held)
+        job.state, job.slot, job.held, job.future.slot = "running", slot, tuple(held), slot
+        self._running[job.index] = job
+        events = JobEvents(message=functools.partial(self._message, job),
+                           finished=functools.partial(self._job_ended, job))
+        try:
+            self._backend.start(job, slot, events)
+        except Exception as error:  # noqa: BLE001 (the job fails, the pool goes on)
+            self._job_ended(job, None, JobError(job.index, f"could not start: {error}"))
+            return
+        if job.timeout is not None:
+            job.timer = threading.Timer(job.timeout, self._time_out, (job,))
+            job.timer.daemon = True
+            job.timer.start()
 
     def _message(self, job: Job, message: dict) -> None:
         """``JobEvents.message``: pass it on; with "auto", size the job's GPU by it."""
         memory = message.get("device_memory") if self._auto else None
-        if memory and job.slot.gpu is not None and job.slot.gpu not in self._decided:
+        if (memory and job.slot.gpu is not None and job.slot.num_devices == 1
+                and job.slot.gpu not in self._decided):
             self._fill_gpu(job, memory)
         self._events.put(job.index, message)
 
@@ -272,7 +315,8 @@ class DevicePool:
                 return
             self._decided[gpu] = count
             for _ in range(count - 1):
-                slot = Slot(len(self._slots), gpu, count, _AUTO_FIRST_FRACTION / count)
+                slot = Slot(len(self._slots), gpu, count, device=job.slot.device,
+                            memory_fraction=_AUTO_FIRST_FRACTION / count)
                 self._slots.append(slot)
                 self._free.append(slot)
             self._start_queued()
@@ -323,7 +367,7 @@ class DevicePool:
             if job.timer is not None:
                 job.timer.cancel()
             self._running.pop(job.index, None)
-            self._free.append(job.slot)
+            self._free.extend(job.held)
             reason = job.stop_reason
             self._start_queued()
             self._idle.notify_all()

@@ -19,7 +19,9 @@ class Job:
     timeout: float | None
     state: str = "queued"      # queued -> running -> done
     stop_reason: str | None = None  # why the pool stops it: cancel | timeout | shutdown
-    slot: Any = None           # the devices.Slot it runs on
+    num_devices: int = 1       # devices it asked for (submit's num_devices)
+    slot: Any = None           # the slots.Slot it runs on (merged over its devices)
+    held: tuple = ()           # the pool's slots it holds while running
     handle: Any = None         # the backend's process or task (set by Backend.start)
     timer: threading.Timer | None = None
 

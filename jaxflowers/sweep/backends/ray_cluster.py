@@ -111,9 +111,10 @@ class RayBackend:
 
     def start(self, job: Job, slot: devices.Slot, events: JobEvents) -> None:
         gpu = slot.gpu is not None
-        share = 1.0 / slot.jobs_per_device
+        share = slot.num_devices / slot.jobs_per_device  # several devices: whole ones
         resources = {"num_gpus": share, "num_cpus": 0} if gpu else {"num_cpus": share}
         settings = {"job_index": job.index, "gpu": gpu, "jobs_per_device": slot.jobs_per_device,
+                    "num_devices": slot.num_devices,
                     "memory_fraction": self._memory_fraction, "log_dir": str(self.log_dir)}
         job.handle = self._task.options(**resources).remote(*job.staged, settings)
         threading.Thread(target=self._watch, args=(job, events), daemon=True,
@@ -208,7 +209,9 @@ def _messages(worker: WorkerProcess):
 
 def _task_environment(settings: dict) -> dict:
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if settings["gpu"] else None
-    slot = devices.Slot(settings["job_index"], gpu or None, settings["jobs_per_device"])
+    count = settings.get("num_devices", 1)
+    slot = devices.Slot(settings["job_index"], gpu or None, settings["jobs_per_device"],
+                        devices=tuple(range(count)) if count > 1 else ())
     return devices.slot_environment(slot, os.environ, memory_fraction=settings["memory_fraction"])
 
 
