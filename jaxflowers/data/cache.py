@@ -282,10 +282,10 @@ def _decode_in_threads(fd: int, offset: int, files: Sequence[str],
 
 def _collect(futures: dict, files: Sequence[str], on_error: str, desc: str) -> dict[int, str]:
     """Wait for ``futures`` ({future: its rows}) under a progress bar; ``{row: reason}``."""
-    from tqdm.auto import tqdm
+    from jaxflowers.host.terminal import progress_bar
 
     failed: dict[int, str] = {}
-    with tqdm(total=len(files), desc=desc, unit="img") as bar:
+    with progress_bar(len(files), desc=desc, unit="img") as bar:
         for future in concurrent.futures.as_completed(futures):
             for row, exc in sorted(future.result().items()):
                 failed[row] = failure_reason(exc)

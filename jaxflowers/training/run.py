@@ -85,6 +85,7 @@ class _Run:
         self.start = restored.iteration if restored else 0
         steps = program.feed.steps_per_epoch
         self.history = restored.history if restored else History(steps, options.metrics)
+        self.history.max_epochs = options.max_epochs
         self.total = steps * options.max_epochs
 
     def execute(self) -> tuple[TrainedNet, TrainingInfo]:
@@ -177,7 +178,7 @@ class _Run:
             sinks.append(TrainingProgressPlot(
                 path=opts.plots_path, max_epochs=opts.max_epochs,
                 iterations_per_epoch=self.program.feed.steps_per_epoch,
-                hardware=f"{self.parallel.num_devices} x {kinds}",
+                hardware=f"{self.parallel.num_devices} x {kinds}", metrics=opts.metrics,
                 validation_frequency=(opts.validation_frequency
                                       if opts.validation_data is not None else None)))
         if opts.log_dir is not None:

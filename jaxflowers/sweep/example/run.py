@@ -18,6 +18,7 @@ from jaxflowers.host import signals
 from jaxflowers.sweep.example import report as results
 from jaxflowers.sweep.example.data import example_plan
 from jaxflowers.sweep.example.report import JobOutcome, ProgressTable
+from jaxflowers.sweep.futures import wait_jobs
 from jaxflowers.sweep.jobs import job_options, train_job
 from jaxflowers.sweep.pool import DevicePool
 
@@ -184,7 +185,7 @@ def _watch(pool: DevicePool, depths: tuple[int, ...], stream: TextIO,
 def _wait(futures, pool: DevicePool, stream: TextIO) -> str | None:
     """Wait for every job; on SIGINT or SIGTERM cancel the rest and return "SIGINT"/"SIGTERM"."""
     try:
-        concurrent.futures.wait(futures)
+        wait_jobs(futures)  # drawing the grid's window meanwhile, if it has one
         return None
     except KeyboardInterrupt as stop:
         pool.terminate()  # (the pool's signal handler has done so already)
