@@ -19,6 +19,9 @@ CHECKPOINT_FAILURES = ("warn", "stop")
 THRESHOLD_METHODS = ("l2norm", "global-l2norm", "absolute-value")
 OUTPUT_NETWORKS = ("auto", "last-iteration", "best-validation")
 METRICS = ("accuracy", "fscore", "precision", "recall", "auc")
+# How tables and figures title each metric.
+METRIC_NAMES = {"accuracy": "Accuracy", "fscore": "F-score", "precision": "Precision",
+                "recall": "Recall", "auc": "AUC"}
 BN_STATISTICS = ("population", "moving")
 # MATLAB's defaults per solver: InitialLearnRate, SquaredGradientDecayFactor.
 DEFAULT_LEARN_RATE = {"sgdm": 0.01, "rmsprop": 0.001, "adam": 0.001}

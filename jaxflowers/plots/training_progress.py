@@ -13,15 +13,14 @@ from collections.abc import Mapping
 import numpy as np
 
 from jaxflowers.host.clock import hms
+from jaxflowers.options.training import METRIC_NAMES
 from jaxflowers.plots.backend import BLUE, RED, LiveFigure, has_window, in_jupyter, pyplot
 
-__all__ = ["DEFAULT_PATH", "METRIC_NAMES", "RunFacts", "TrainingProgressPlot", "draw_figure",
+__all__ = ["DEFAULT_PATH", "RunFacts", "TrainingProgressPlot", "draw_figure",
            "draw_panels", "epoch_spans", "info_lines", "percent_axis", "shade_epochs",
            "training_progress"]
 
 DEFAULT_PATH = "training_progress.png"  # without a display or a path: in the working folder
-METRIC_NAMES = {"fscore": "F-score", "precision": "Precision", "recall": "Recall",
-                "auc": "AUC"}  # TrainingOptions.metrics as panels and columns name them
 _MAX_EPOCH_LABELS = 12  # more epochs than this get every k-th label
 
 

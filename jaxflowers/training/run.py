@@ -18,6 +18,7 @@ from jaxflowers.options.training import TrainingOptions
 from jaxflowers.parallel.data_parallel import DataParallel, select_devices
 from jaxflowers.training import checkpoint as checkpoint_lib
 from jaxflowers.training import resume as resume_lib
+from jaxflowers.training.bar import TrainingBar
 from jaxflowers.training.early_stopping import EarlyStopping, keeps_networks, returned_network
 from jaxflowers.training.history import History
 from jaxflowers.training.info import TrainingInfo
@@ -164,10 +165,14 @@ class _Run:
     def _progress(self) -> Progress:
         """The table, sinks and ``output_fn`` on process 0; other processes only record."""
         main = self.parallel.is_main_process
-        table = (VerboseTable(self.history, self.options.verbose_frequency)
-                 if self.options.verbose and main else None)
-        return Progress(self.history, table=table, sinks=self._sinks() if main else (),
-                        output_fn=self.options.output_fn if main else None)
+        if not (self.options.verbose and main):
+            return Progress(self.history, sinks=self._sinks() if main else (),
+                            output_fn=self.options.output_fn if main else None)
+        bar = TrainingBar(self.history, self.total)
+        table = VerboseTable(self.history, self.options.verbose_frequency,  # above the bar
+                             writing=bar.writing if bar.shown else None)
+        return Progress(self.history, table=table, bar=bar, sinks=self._sinks(),
+                        output_fn=self.options.output_fn)
 
     def _sinks(self) -> list:
         """What follows the run besides the table: the training-progress view, TensorBoard."""
