@@ -47,7 +47,8 @@ def _sweep_cli(args: list[str], cwd: pathlib.Path, timeout: float = 300, **env):
 def _check_outputs(out: str, depths: list[int], folder: pathlib.Path) -> dict[int, float]:
     """Assert what every sweep prints and saves; returns depth -> final validation %."""
     for job, depth in enumerate(depths):  # the live table: a row per job and validation
-        rows = re.findall(rf"^\s+{job}\s+{depth}\s+(\d+)\s+\d+\s+[\d.]+%\s+[\d.]+%$", out, re.M)
+        rows = re.findall(rf"^\s+{job}\s+{depth}\s+(\d+)\s+\d+\s+[\d.]+%\s+[\d.]+%\s+[\d.]+$",
+                          out, re.M)
         assert rows and rows[0] == "1", out
     final = {int(d): float(a) for d, a in
              re.findall(r"^  job \d+ \(depth (\d+)\): ([\d.]+)% \(compile [\d.]+ s, "
@@ -156,6 +157,7 @@ def test_the_caller_builds_the_folder_caches_without_importing_jax(tmp_path, mon
                             env=_env(JAXFLOWERS_CACHE_DIR=str(cache)), text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["20", "4"] and "Resizing 20 images" in result.stderr
+    assert "\r" not in result.stderr  # a log gets a line per resize, not a bar
     monkeypatch.setenv("JAXFLOWERS_CACHE_DIR", str(cache))
     train, validation, test = recipes.load_plan(example_plan(str(photos)))  # a job's load
     assert sum(len(s.images) for s in (train, validation, test)) == 24
@@ -191,7 +193,7 @@ def test_load_sets_splits_digits_three_ways_and_deterministically():
     assert (again.images == test.images).all() and set(test.labels) == set(range(10))
 
 
-def test_progress_table_prints_validations_job_times_and_failures_only():
+def test_progress_table_prints_validations_job_times_and_failures_in_its_columns():
     stream = io.StringIO()
     table = results.ProgressTable((1, 3), stream, start=time.perf_counter() - 2.0)
     table(0, {"state": "start", "iteration": 0, "epoch": 0})
@@ -202,11 +204,14 @@ def test_progress_table_prints_validations_job_times_and_failures_only():
     table(0, {"state": "failed", "error": "job 0 raised ValueError: bad"})
     table(1, {"state": "cancelled"})
     lines = stream.getvalue().splitlines()
-    assert lines[0].split()[:4] == ["0", "1", "first", "step"] and len(lines) == 5
-    assert lines[1].split() == ["1", "3", "1", "11", "38.28%", "23.46%"]
-    assert lines[2].split()[:4] == ["0", "1", "training", "done"]
-    assert lines[3].split()[:3] == ["0", "1", "failed:"] and lines[4].split() == [
-        "1", "3", "cancelled"]
+    assert len(lines) == 5
+    ends = {re.search(r"\d+\.\d(?=  |$)", line).end() for line in lines}
+    assert len(ends) == 1  # every line's seconds end in one column
+    assert lines[0].split()[:2] == ["0", "1"] and lines[0].split()[3] == "started"
+    assert lines[1].split()[:6] == ["1", "3", "1", "11", "38.28%", "23.46%"]
+    assert lines[2].split()[3] == "done"
+    assert lines[3].split()[3:] == ["failed:", "job", "0", "raised", "ValueError:", "bad"]
+    assert lines[4].split()[3] == "cancelled"
     assert 2.0 <= table.began[0] <= table.ended[0] < 60 and 1 not in table.began
 
 

@@ -291,23 +291,44 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
 
 
 def _parser() -> argparse.ArgumentParser:
+    d = BenchSettings()
     p = argparse.ArgumentParser(prog="python -m jaxflowers.bench", description=__doc__.split(
         "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", help="resnet50 and/or cifar_net:<depth>")
-    p.add_argument("--devices", nargs="+", type=int, help="default: 1, 2, 4, ..., all")
-    p.add_argument("--strategies", nargs="+", choices=STRATEGIES)
-    p.add_argument("--scalings", nargs="+", choices=SCALINGS)
-    p.add_argument("--per-device-batch", type=int)
-    p.add_argument("--global-batch", type=int, help="strong scaling's constant global batch")
-    p.add_argument("--precision", choices=PRECISIONS)
+    p.add_argument("--models", nargs="+", metavar="MODEL",
+                   help=f"resnet50 and/or cifar_net:<depth> (default: {' '.join(d.models)})")
+    p.add_argument("--devices", nargs="+", type=int, metavar="N",
+                   help="device counts to measure (default: 1, 2, 4, ... and all)")
+    p.add_argument("--strategies", nargs="+", choices=STRATEGIES,
+                   help=f"(default: {' '.join(d.strategies)})")
+    p.add_argument("--scalings", nargs="+", choices=SCALINGS,
+                   help=f"weak: batch x devices; strong: one global batch (default: "
+                        f"{' '.join(d.scalings)})")
+    p.add_argument("--per-device-batch", type=int, metavar="IMAGES",
+                   help="(default: 64 for resnet50, 128 for cifar_net)")
+    p.add_argument("--global-batch", type=int, metavar="IMAGES",
+                   help="strong scaling's constant global batch (default: per-device batch x "
+                        "the largest device count)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help=f"(default: {d.precision}: bfloat16 on GPUs, float32 on CPUs)")
     p.add_argument("--solver", choices=("adam", "sgdm"),
-                   help="default adam (the Flowers example's); the torch peer uses the same")
-    p.add_argument("--windows", type=int, help="timed windows per configuration")
-    p.add_argument("--window-steps", type=int, help="iterations per timed window")
-    p.add_argument("--num-images", type=int, help="synthetic training set size")
-    p.add_argument("--quick", action="store_true", help="CI size: cifar_net:1, shard_map, weak")
-    p.add_argument("--peer", choices=("torch",), help="also run benchmarks/peer_torch.py")
-    p.add_argument("--out", default="bench", help="folder for bench.json and speedup.png")
+                   help=f"the torch peer uses the same (default: {d.solver}, the Flowers "
+                        "example's)")
+    p.add_argument("--windows", type=int, metavar="N",
+                   help=f"timed windows per configuration, after a warm-up (default: "
+                        f"{d.windows})")
+    p.add_argument("--window-steps", type=int, metavar="N",
+                   help="iterations per timed window (default: 20 for resnet50, 256 for "
+                        "cifar_net)")
+    p.add_argument("--num-images", type=int, metavar="N",
+                   help="synthetic training set size (default: 3670 for resnet50, 45000 for "
+                        "cifar_net)")
+    p.add_argument("--quick", action="store_true",
+                   help="CI size: cifar_net:1, shard_map, weak, 128 images of 8 per device, "
+                        "2 windows of 2 iterations; other flags still apply (default: off)")
+    p.add_argument("--peer", choices=("torch",),
+                   help="also run benchmarks/peer_torch.py (default: none)")
+    p.add_argument("--out", default="bench",
+                   help="folder for bench.json and speedup.png (default: bench)")
     return p
 
 

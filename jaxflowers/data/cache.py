@@ -285,7 +285,7 @@ def _collect(futures: dict, files: Sequence[str], on_error: str, desc: str) -> d
     from jaxflowers.host.terminal import progress_bar
 
     failed: dict[int, str] = {}
-    with progress_bar(len(files), desc=desc, unit="img") as bar:
+    with progress_bar(len(files), desc=desc, unit="img", log_when_done=True) as bar:
         for future in concurrent.futures.as_completed(futures):
             for row, exc in sorted(future.result().items()):
                 failed[row] = failure_reason(exc)

@@ -66,7 +66,7 @@ def decode_in_processes(path: str, offset: int, files: Sequence[str], shape: tup
             worker.feed({"path": path, "offset": offset, "shape": list(shape), "first": lo,
                          "files": list(files[lo:hi]), "stop_at_error": on_error == "raise"})
         with progress_bar(len(files), desc=f"{desc} in {count} processes",
-                          unit="img") as bar:
+                          unit="img", log_when_done=True) as bar:
             for worker, message in _messages(inbox, len(workers)):
                 for row, reason in message["failed"]:
                     failed[row] = reason

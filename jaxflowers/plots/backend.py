@@ -141,7 +141,8 @@ class LiveFigure:
                                                                 **savefig_kwargs))
         except (OSError, ValueError) as error:
             if not self._file_failed:
-                warnings.warn(f"the figure could not be saved to {path}: {error}",
+                reason = getattr(error, "strerror", None) or error
+                warnings.warn(f"the figure could not be saved to {path}: {reason}",
                               stacklevel=4)
             self._file_failed = True
             return False

@@ -55,6 +55,9 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     if not isinstance(options, TrainingOptions):
         raise TypeError(f"options must be TrainingOptions, not {type(options).__name__}")
     check_training(data, model, options)
+    if options.log_dir is not None:  # an optional package, asked for before any work
+        from jaxflowers.training.tensorboard import summary_writer
+        summary_writer(options.log_dir)
     execution = _execution(execution)
     parallel = DataParallel(select_devices(options.execution_environment, execution.num_devices),
                             execution.strategy)
