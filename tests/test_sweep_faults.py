@@ -149,8 +149,8 @@ def test_a_stop_signal_keeps_the_finished_jobs_and_leaves_nothing_behind(tmp_pat
     lines, deadline = [], time.monotonic() + 240
     for line in proc.stdout:  # the live table: job 1's first step means job 0 is done
         lines.append(line)
-        words = line.split()  # job, depth, seconds, event
-        if (words[:2] == ["1", "2"] and words[3:4] == ["started"]) or time.monotonic() > deadline:
+        cells = line.split()  # job, depth, seconds, event
+        if (cells[:2] == ["1", "2"] and cells[3:4] == ["started"]) or time.monotonic() > deadline:
             break
     proc.send_signal(signum)
     rest, err = proc.communicate(timeout=60)
