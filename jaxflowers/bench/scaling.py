@@ -30,6 +30,10 @@ from jaxflowers.options.execution import PRECISIONS, STRATEGIES, ExecutionOption
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.plots import speedup_table
 
+__all__ = ["BenchModel", "BenchSettings", "CPU_NOTE", "PEER_SCRIPT", "QUICK", "SCALINGS",
+           "config_options", "describe_devices", "device_counts", "environment", "main", "measure",
+           "parse_model", "run", "run_peer", "settings_from_args", "synthetic_set"]
+
 SCALINGS = ("weak", "strong")
 PEER_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "peer_torch.py"
 CPU_NOTE = ("NOTE: these CPU devices are one host's cores split into {n} (XLA's "

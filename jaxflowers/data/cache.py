@@ -28,6 +28,9 @@ from jaxflowers.data import decode
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
 from jaxflowers.host.files import unwritable, write_json_atomic
 
+__all__ = ["FORMAT_VERSION", "ON_ERROR", "RESIZE_METHOD", "ResizeCache", "cache_key",
+           "default_cache_dir", "default_workers", "file_digest", "open_or_build"]
+
 RESIZE_METHOD = "pil-lanczos"  # recorded in the key and the sidecar; change it if decoding changes
 FORMAT_VERSION = 2  # 2: xxh3 digests, the folder's origin in the sidecar
 ON_ERROR = ("raise", "skip")

@@ -18,6 +18,9 @@ from typing import Iterator, Sequence
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
 from jaxflowers.host.processes import start_module
 
+__all__ = ["PROCESS_MIN_CPUS", "PROCESS_MIN_FILES", "available_cpus", "decode_in_processes",
+           "default_processes", "main", "use_processes"]
+
 # Fewer files: starting the workers costs about what they save.
 PROCESS_MIN_FILES = 2_000
 # Fewer CPUs: threads, so small machines (CI, a laptop) never pay the start-up.

@@ -10,6 +10,10 @@ from jaxflowers import schedules
 from jaxflowers.data.augment import Augmentation
 from jaxflowers.options.validate import check_choice, check_float, check_int
 
+__all__ = ["BN_STATISTICS", "CHECKPOINT_FAILURES", "CHECKPOINT_UNITS", "DEFAULT_LEARN_RATE",
+           "DEFAULT_SQUARED_DECAY", "ENVIRONMENTS", "METRICS", "METRIC_NAMES", "OUTPUT_NETWORKS",
+           "PLOTS", "SHUFFLES", "SOLVERS", "THRESHOLD_METHODS", "TrainingOptions", "recipe_fields"]
+
 SOLVERS = ("sgdm", "rmsprop", "adam")
 SHUFFLES = ("once", "every-epoch", "never")
 ENVIRONMENTS = ("auto", "cpu", "gpu", "multi-gpu")

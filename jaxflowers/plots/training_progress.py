@@ -268,7 +268,7 @@ def draw_figure(fig, info, facts: RunFacts, *, final: bool, smoothing: float = 0
     fig.suptitle("Training progress", fontsize="medium")
 
 
-def figure_height(metrics=(), gpu: bool = False) -> float:
+def _figure_height(metrics=(), gpu: bool = False) -> float:
     """Inches for ``draw_figure``'s panels: 6, and more for metrics and GPU use."""
     return 6 + 1.4 * len(metrics) + 1.5 * bool(gpu)
 
@@ -296,7 +296,7 @@ def training_progress(info, *, ax=None, smoothing: float = 0.8):
         draw_panels(ax[0], ax[1], info, smoothing=smoothing)
         return ax[0].figure
     facts = _facts(info, None)
-    fig = pyplot().figure(figsize=(11, figure_height(facts.metrics)), layout="constrained")
+    fig = pyplot().figure(figsize=(11, _figure_height(facts.metrics)), layout="constrained")
     draw_figure(fig, info, facts, final=True, smoothing=smoothing)
     return fig
 
@@ -327,7 +327,7 @@ class TrainingProgressPlot(LiveFigure):
         self.final, self._seen = False, (0, 0)  # validations and epochs drawn into the file
         if path is None and not (in_jupyter() or has_window()):
             path = DEFAULT_PATH
-        super().__init__(figsize=(11, figure_height(self.facts.metrics, monitor is not None)),
+        super().__init__(figsize=(11, _figure_height(self.facts.metrics, monitor is not None)),
                          min_interval=min_interval, path=path)
 
     def update(self, info) -> None:

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:
     from jaxflowers.options.training import TrainingOptions
 
+__all__ = ["EXAMPLE_AUGMENTATION", "RECIPES", "Recipe", "augmentation", "digits_options",
+           "flowers_options", "flowers_tuned_options", "recipe", "recipe_for", "sweep_options"]
+
 # Each MATLAB example's imageDataAugmenter, as ``Augmentation`` fields.
 EXAMPLE_AUGMENTATION = {
     "flowers": {"reflect_x": True, "translate_x": (-30, 30), "translate_y": (-30, 30)},

@@ -12,6 +12,8 @@ from typing import Any, Callable, Iterable
 
 from jaxflowers.sweep import transfer
 
+__all__ = ["JobError", "JobFuture", "JobTimeoutError", "fetch_outputs", "wait_jobs"]
+
 
 class JobError(RuntimeError):
     """A sweep job raised, exited non-zero, was killed by a signal or timed out.

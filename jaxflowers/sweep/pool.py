@@ -19,6 +19,8 @@ from jaxflowers.sweep.events import EventDispatcher
 from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError
 from jaxflowers.sweep.slots import make_slots
 
+__all__ = ["DevicePool", "MESSAGE_STATES"]
+
 # The "state" of the messages train_job sends (train's output_fn) and the pool adds.
 MESSAGE_STATES = ("start", "iteration", "validation", "done", "failed", "cancelled")
 

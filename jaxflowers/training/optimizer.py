@@ -11,6 +11,8 @@ from jaxflowers import schedules
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.training.layout import FlatParams
 
+__all__ = ["learn_rate_schedule", "make_optimizer"]
+
 
 def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int) -> optax.Schedule:
     """The learning rate as an optax schedule of the 0-based iteration."""

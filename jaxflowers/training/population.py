@@ -19,6 +19,9 @@ from jaxflowers.data.augment import Augmentation, normalize
 from jaxflowers.models.norm import BatchNorm
 from jaxflowers.parallel.data_parallel import AXIS
 
+__all__ = ["batch_moments", "compile_pass", "moments_to_statistics", "pass_moments",
+           "population_statistics", "resident_pass", "with_population"]
+
 _NORMS = (BatchNorm, nn.BatchNorm)
 _COLLECTION = "population_moments"
 

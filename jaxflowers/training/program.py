@@ -31,6 +31,8 @@ from jaxflowers.training.step import (
     train_streamed,
 )
 
+__all__ = ["Ready", "TrainProgram"]
+
 
 @dataclasses.dataclass
 class Ready:

@@ -22,6 +22,8 @@ from jaxflowers.sweep.futures import wait_jobs
 from jaxflowers.sweep.jobs import job_options, train_job
 from jaxflowers.sweep.pool import DevicePool
 
+__all__ = ["SweepResult", "depth_job", "run_sweep"]
+
 
 @dataclasses.dataclass(frozen=True)
 class SweepResult:
