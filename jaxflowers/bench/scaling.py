@@ -194,7 +194,8 @@ def _record(spec, settings, options, strategy, scaling, n, data) -> dict:
     execution = ExecutionOptions(precision=settings.precision, strategy=strategy, num_devices=n)
     record.update(measure(data, spec.build(), options, execution=execution, window_steps=window,
                           windows=settings.windows))
-    print(f"  {spec.name} {strategy} {scaling} {n} device(s): batch {record['global_batch']}, "
+    devices = f"{n} device{'s' if n > 1 else ''}"
+    print(f"  {spec.name} {strategy} {scaling} {devices}: batch {record['global_batch']}, "
           f"compile {record['compile_s']:.1f} s, {record['images_per_s']:.1f} images/s, "
           f"step {1e3 * record['step_s']:.2f} ms", flush=True)
     return record
@@ -352,7 +353,8 @@ def main(argv=None) -> int:
         print(CPU_NOTE.format(n=report["environment"]["local_device_count"]))
     print("\n".join(table_lines(report)))
     for r in report.get("peer_ratios", []):
-        print(f"{r['model']} on {r['devices']} device(s): images/s jaxflowers {r['jaxflowers']}"
+        print(f"{r['model']} on {r['devices']} device{'s' if r['devices'] > 1 else ''}: images/s "
+              f"jaxflowers {r['jaxflowers']}"
               f" / {r['torch']} = {r['ratio']:.2f}")
     if (peer or {}).get("skipped"):
         print(f"peer torch skipped: {peer['skipped']}")

@@ -108,7 +108,7 @@ def _throughput_bars(ax, systems: dict, counts: list[int], raw: dict) -> None:
     values = [systems[label][0]["images_per_s"] for label in labels]
     bars = ax.barh(labels, values, height=0.5, color=[f"C{i}" for i in range(len(labels))])
     ax.bar_label(bars, [f"{v:,.0f}" for v in values], label_type="center", color="white",
-                 fontsize="small", weight="bold")  # inside: the dots may pass the bar's end
+                 fontsize="small")  # inside: the dots may pass the bar's end
     for y, label in enumerate(labels):
         for record in raw[label]:
             if record.get("windows_s") and record.get("global_batch"):
