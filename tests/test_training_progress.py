@@ -104,8 +104,8 @@ def test_into_given_axes_and_empty_info():
     assert len(fig.axes) == 2 and axes[0].lines[0].get_xdata().size == 0
 
 
-def test_many_epochs_are_shaded_and_labelled_every_tenth():
-    plot = TrainingProgressPlot(max_epochs=80, iterations_per_epoch=3, path=None)
+def test_many_epochs_are_shaded_and_labelled_every_tenth(tmp_path):
+    plot = TrainingProgressPlot(max_epochs=80, iterations_per_epoch=3, path=tmp_path / "p.png")
     plot.update(make_info(30))
     plot.save(io.BytesIO())
     acc, loss, _ = plot.figure.axes
