@@ -14,6 +14,8 @@ import numpy as np
 
 from jaxflowers.host import gpus
 
+__all__ = ["GPUMonitor"]
+
 _MIB = float(2**20)
 
 # One reader per recorded quantity; a reader the GPU does not support gives NaN.

@@ -14,6 +14,10 @@ import numpy as np
 
 from jaxflowers.options.validate import check_choice, check_float, check_int
 
+__all__ = ["Constant", "Cosine", "Cyclical", "Exponential", "NAMES", "Piecewise", "Polynomial",
+           "Schedule", "UNITS", "Warmup", "check", "from_plain", "parts", "spans_training",
+           "to_optax", "to_plain"]
+
 UNITS = ("epoch", "iteration")
 NAMES = ("none", "piecewise", "warmup", "cosine", "polynomial", "exponential", "cyclical")
 

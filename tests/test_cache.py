@@ -413,3 +413,16 @@ def test_a_corrupted_resize_cache_is_rebuilt_with_a_warning(tmp_path, count_deco
                                          "rebuilding it"):
         images = jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images
     assert images[:, 0, 0].tolist()[3] == [100, 0, 50] and len(count_decodes) == 12
+
+
+def test_in_a_log_a_resize_is_one_line_not_a_bar(tmp_path, monkeypatch, capsys):
+    """Where stderr is no terminal (a log, CI), the resize bar leaves one line, no \\r."""
+    monkeypatch.setenv("JAXFLOWERS_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("a", "b"):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for i in range(3):
+            Image.new("RGB", (9, 7), (80 * i, 20, 50)).save(tmp_path / "data" / name / f"{i}.png")
+    ImageFolder(tmp_path / "data", image_size=(8, 8)).images
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    assert re.fullmatch(r"Resizing 6 images to 8x8[^:\n]*: done in [\d.]+ s\n", err), err

@@ -25,7 +25,8 @@ def test_main_job_trains_on_embedded_digits_to_95_percent(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "Training on 4 cpu devices" in out  # every local device
-    assert re.search(r"\|\s+15 \|\s+180 \|", out)  # the table reached epoch 15, iteration 180
+    assert "mini-batch 128 (32 per device on 4 devices)" in out  # and how it was chosen
+    assert re.search(r"^ +15 +180 ", out, re.M)  # the table reached epoch 15, iteration 180
     accuracy = float(re.search(r"Test accuracy: ([\d.]+)% \(\d+ images\)", out).group(1))
     assert accuracy >= 95.0, out[-2000:]
     # Where the process's time went, each part once.
@@ -35,6 +36,20 @@ def test_main_job_trains_on_embedded_digits_to_95_percent(tmp_path):
     setup = re.search(r"Set-up seconds, overlapping: compile ([\d.]+), placing ([\d.]+)", out)
     assert setup and 0 < float(setup[1]) <= float(parts[3]) and float(setup[2]) <= float(parts[3])
     assert any((tmp_path / "xla").iterdir())  # compiled programs kept for the next run
+    # What the example shows, kept in one new run folder; nothing else in the working folder.
+    folder = tmp_path / re.search(r"^Run folder: (runs/\S+)$", out, re.M).group(1)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", folder.name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "xla"]
+    assert sorted(p.name for p in folder.iterdir()) == ["confusion_chart.png", "metrics.csv",
+                                                        "training_progress.png"]
+    assert out.splitlines()[-1] == "Saved " + ", ".join(
+        str(folder.relative_to(tmp_path) / name) for name in ("metrics.csv",
+                                                             "training_progress.png",
+                                                             "confusion_chart.png"))
+    for name, size in (("training_progress.png", (1100, 600)), ("confusion_chart.png", None)):
+        with Image.open(folder / name) as png:
+            assert size is None or png.size == size
+    assert len((folder / "metrics.csv").read_text().splitlines()) == 1 + 180
 
 
 def test_cli_rejects_unknown_model():
@@ -101,11 +116,13 @@ def test_the_parser_refuses_bad_arguments_naming_them(capsys, argv, message):
 def test_every_option_has_help_with_its_default():
     import argparse
 
+    from jaxflowers.bench.scaling import _parser as bench_parser
     from jaxflowers.cli.entry import _parser
 
     commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
-    for name in ("train", "download"):
-        for action in commands.choices[name]._actions:
+    parsers = {name: commands.choices[name] for name in ("train", "sweep", "download")}
+    for name, parser in {**parsers, "bench": bench_parser()}.items():
+        for action in parser._actions:
             if isinstance(action, argparse._HelpAction):
                 continue
             assert action.help, (name, action.dest)
@@ -276,7 +293,8 @@ def test_train_and_test_folders_unwritable_caches_save_and_metrics(tmp_path):
             "testing on 8 images of 32x32") in stdout
     assert re.search(r"Test accuracy: [\d.]+% \(8 images\)", stdout), stdout
     warned = [line for line in stderr.splitlines() if line.startswith("warning: ")]
-    assert len(warned) == 3 and "Traceback" not in stderr, stderr  # a resize per folder
+    assert len(warned) == 2 and "Traceback" not in stderr, stderr  # one per cache
+    assert "\r" not in stderr  # no resize bars in a log
     assert sum(f"compilation cache folder {blocker / 'xla'} cannot be written" in w
                for w in warned) == 1
     assert len((out / "metrics.csv").read_text().splitlines()) == 1 + 8  # 2 epochs of 4
@@ -302,7 +320,7 @@ def test_a_stop_signal_checkpoints_says_where_and_resume_finishes_the_run(
     process = _cli_process(argv, tmp_path, PYTHONUNBUFFERED="1")
     try:
         for line in process.stdout:  # the table's first row: training is under way
-            if re.match(r"\|\s+1 \|\s+1 \|", line):
+            if re.match(r" +1 +1 ", line):
                 break
         children = psutil.Process(process.pid).children(recursive=True)
         process.send_signal(getattr(signal, signal_name))
@@ -315,7 +333,8 @@ def test_a_stop_signal_checkpoints_says_where_and_resume_finishes_the_run(
     assert re.fullmatch(rf"{words} after iteration \d+: the checkpoint is in "
                         rf"{re.escape(str(tmp_path / 'ck'))}/iteration_\d+ \(continue with "
                         rf"--resume\); kept {re.escape(str(tmp_path / 'out' / 'metrics.csv'))}"
-                        rf", {re.escape(str(tmp_path / 'out' / 'net.safetensors'))}",
+                        rf", {re.escape(str(tmp_path / 'out' / 'net.safetensors'))}"
+                        rf", {re.escape(str(tmp_path / 'out' / 'training_progress.png'))}",
                         lines[-1]), lines
     assert jf.load(tmp_path / "out" / "net.safetensors").class_names == tuple("0123456789")
     assert not [c for c in children if c.is_running()]
@@ -338,3 +357,45 @@ def test_a_diverging_run_stops_and_the_cli_says_why(capsys, tmp_path):
         r"error: (training loss is (NaN|Inf)|gradient is not finite) at iteration \d+; the "
         rf"history is in {re.escape(str(tmp_path / 'metrics.csv'))}\n", err), err
     assert not (tmp_path / "net.zip").exists()
+
+
+def test_each_run_gets_its_own_folder_and_a_bare_save_name_goes_into_it(capsys, tmp_path,
+                                                                       monkeypatch):
+    """Two runs in the same second: two run folders under runs/; --save NAME lands in the
+    run folder, --save with a folder where it says; --plots none leaves out the figures."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(jf, "train", _stopped_training("max epochs completed"))
+    status, first, _ = _cli(capsys, "train", "--save", "net.zip")
+    assert status == 0
+    folder = pathlib.Path(re.search(r"^Run folder: (\S+)$", first, re.M).group(1))
+    assert folder.parent == pathlib.Path("runs")
+    assert sorted(p.name for p in folder.iterdir()) == ["confusion_chart.png", "metrics.csv",
+                                                        "net.zip"]  # (train draws the progress)
+    assert jf.load(folder / "net.zip").class_names == tuple("0123456789")
+    status, second, _ = _cli(capsys, "train", "--save", "./kept/net.zip", "--plots", "none")
+    again = pathlib.Path(re.search(r"^Run folder: (\S+)$", second, re.M).group(1))
+    assert status == 0 and again != folder and again.parent == pathlib.Path("runs")
+    assert sorted(p.name for p in again.iterdir()) == ["metrics.csv"]
+    assert (tmp_path / "kept" / "net.zip").is_file()
+    assert second.splitlines()[-1] == f"Saved {again / 'metrics.csv'}, kept/net.zip"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "runs"]
+
+
+def test_run_folders_of_one_second_are_numbered(tmp_path, monkeypatch):
+    import datetime
+
+    from jaxflowers.cli.outputs import new_run_folder
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 12, 1, 9, 5, 7)
+
+    monkeypatch.setattr(datetime, "datetime", Frozen)
+    made = [new_run_folder(tmp_path / "runs", suffix="-sweep").name for _ in range(3)]
+    assert made == ["2026-12-01_09-05-07-sweep", "2026-12-01_09-05-07-sweep-2",
+                    "2026-12-01_09-05-07-sweep-3"]
+
+
+def test_runs_are_ignored_by_git():
+    assert "/runs/" in (ROOT / ".gitignore").read_text().splitlines()

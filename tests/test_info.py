@@ -88,3 +88,14 @@ def test_final_values_and_divergence():
         assert dataclasses.replace(info, stopped_by=reason).diverged == (
             reason in (jf.StopReason.DIVERGED, jf.StopReason.VALIDATION_DIVERGED))
     assert dataclasses.replace(info, stopped_by="diverged").stopped_by is jf.StopReason.DIVERGED
+
+
+def test_repr_is_one_short_line_however_long_the_run():
+    """A notebook that ends a cell with ``info`` (or ``net``) shows a summary, not arrays."""
+    from test_saving import tiny_net
+
+    info = make_info(n=5000)
+    text = repr(info)
+    assert text == ("TrainingInfo(5000 iterations, 1250 validations, final validation accuracy "
+                    f"{info.final_validation_accuracy:.2f}%, stop_reason={info.stop_reason!r})")
+    assert len(repr(tiny_net())) < 100 and "\n" not in repr(tiny_net())

@@ -8,6 +8,7 @@ import io
 import numpy as np
 import pytest
 from sklearn import metrics as skm
+from test_train import table_rows
 
 import jaxflowers as jf
 from jaxflowers.inference.metrics import score
@@ -59,14 +60,12 @@ def test_recorded_metrics_equal_scikit_learn_on_the_returned_network(run):
 
 def test_the_table_shows_each_metric_at_each_validation(run):
     _, info, _, out = run
-    lines = out.splitlines()
-    assert "FScore" in lines[3] and "Precision" in lines[3] and "AUC" in lines[3]
-    rows = {int(line.split("|")[2]): line.split("|") for line in lines
-            if line.startswith("|") and line[2:9].strip().isdigit()}
+    rows = {int(row["Iteration"]): row for row in table_rows(out)}
+    assert list(rows[1])[7:] == ["F-score", "Precision", "Recall", "AUC", "Learning rate"]
     for i, iteration in enumerate(info.validation_iteration):
         cells = rows[int(iteration)]
-        assert cells[8].strip() == f"{info.validation_metrics['fscore'][i]:.4f}"
-        assert cells[11].strip() == f"{info.validation_metrics['auc'][i]:.4f}"
+        assert cells["F-score"] == f"{info.validation_metrics['fscore'][i]:.4f}"
+        assert cells["AUC"] == f"{info.validation_metrics['auc'][i]:.4f}"
 
 
 def test_the_schedule_s_rates_are_recorded_per_iteration(run):

@@ -57,22 +57,34 @@ def test_multi_gpu_training_notebook_runs_and_learns(tmp_path):
     assert not (tmp_path / "training_progress.png").exists()  # in Jupyter: no file unasked
 
 
+def test_notebooks_default_to_the_packaged_data_and_a_few_minutes_on_a_cpu():
+    """One parameter cell: FULL = False takes the digits jaxflowers ships (no path into the
+    repository or beside it) and a short run; FULL = True is the MATLAB recipe."""
+    for name, full in (("multi_gpu_training.ipynb", ('"flowers"', "80")),
+                       ("parallel_sweep.ipynb", ('"cifar10"', "30"))):
+        cells = [c.source for c in nbformat.read(NOTEBOOKS / name, as_version=4).cells
+                 if c.cell_type == "code"]
+        first = cells[0]
+        assert "FULL = False" in first and all("FULL =" not in c for c in cells[1:])
+        assert f"({full[0]} if FULL else \"digits\")" in first
+        assert f"{full[1]} if FULL else" in first
+        assert not any("pathlib" in c or "shared" in c or "__file__" in c for c in cells)
+
+
 @pytest.mark.slow
-def test_parallel_sweep_notebook_runs_every_step(tmp_path, shared_data):
-    """On its offline default, CIFAR-10's 6,000-image sample beside the repository (the
-    ``shared_data`` fixture checks it is there); for time, two depths of one epoch each
-    (two jobs at once on CPU slots, the cancelled one beside them)."""
+def test_parallel_sweep_notebook_runs_every_step(tmp_path):
+    """On its offline default, the digits the package ships; for time, two depths of one
+    epoch each (two jobs at once on CPU slots, the cancelled one beside them)."""
     notebook = run_notebook("parallel_sweep.ipynb", tmp_path, "accuracy",
                             XLA_FLAGS="--xla_force_host_platform_device_count=1",
                             JAXFLOWERS_NOTEBOOK_EPOCHS="1", JAXFLOWERS_NOTEBOOK_DEPTHS="1 3")
-    used = re.search(r"^data: (.+); 1 epoch", text(notebook.cells[1]), re.M).group(1)
-    assert pathlib.Path(used).resolve() == (shared_data / "cifar10-small").resolve()
+    assert re.search(r"^data: digits; 1 epoch", text(notebook.cells[1]), re.M)
     assert len(images(cell_running(notebook, "sweep_progress("))) == 1  # the live grid
     fetched = text(cell_running(notebook, "fetch_outputs("))
     assert re.findall(r"depth (\d): final validation accuracy", fetched) == ["1", "3"]
     assert "cancelled: True True" in text(cell_running(notebook, "extra.cancel()"))
     tested = cell_running(notebook, "confusion_chart(")
-    assert re.search(r"test accuracy of depth \d: [\d.]+% \(1000 images\)", text(tested))
+    assert re.search(r"test accuracy of depth \d: [\d.]+% \(180 images\)", text(tested))
     assert len(images(tested)) == 1  # the confusion chart, shown inline
     accuracy = float(re.search(r"REPORT (\S+)", text(notebook.cells[-1])).group(1))
     assert accuracy > 0.15  # ten classes, chance is 0.1; one epoch reaches about 0.24

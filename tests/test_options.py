@@ -110,7 +110,8 @@ def test_scale_for_devices_multiplies_batch_and_rate(n, capsys):
     assert scaled.learn_rate == pytest.approx(1e-3 * n)
     assert scaled.solver == "adam" and scaled.max_epochs == opts.max_epochs
     out = capsys.readouterr().out
-    assert f"{n} device(s): mini_batch_size 128 -> {128 * n}" in out
+    devices = "1 device" if n == 1 else f"{n} devices"
+    assert f"{devices}: mini_batch_size 128 -> {128 * n}" in out
     assert f"initial_learn_rate 0.001 -> {1e-3 * n:g}" in out
 
 

@@ -1,5 +1,5 @@
-"""figures: a live figure shows once and updates in place in Jupyter, never faster than the
-caller can afford; outside Jupyter it draws only when saved."""
+"""figures: a live figure shows once and updates in place in Jupyter or in a window, never
+faster than the caller can afford; elsewhere it draws only when saved (or into its file)."""
 import io
 
 import matplotlib.image
@@ -68,3 +68,55 @@ def test_redraw_pause_grows_with_drawing_time(jupyter):
 def test_subclass_must_draw():
     with pytest.raises(NotImplementedError):
         LiveFigure(figsize=(1, 1), min_interval=0).save(io.BytesIO())
+
+
+@pytest.fixture
+def window_backend():
+    """pyplot on a backend with windows (recorded, not on a screen), Agg again afterwards."""
+    import fake_window_backend as fake
+    import matplotlib.pyplot as plt
+
+    plt.switch_backend("module://fake_window_backend")
+    fake.SHOWN.clear()
+    fake.FLUSHED.clear()
+    yield fake
+    plt.close("all")
+    plt.switch_backend("agg")
+
+
+def test_with_a_display_the_figure_opens_in_a_window_that_updates(window_backend, tmp_path,
+                                                                  monkeypatch):
+    from test_training_progress import make_info
+
+    from jaxflowers.plots.training_progress import DEFAULT_PATH, TrainingProgressPlot
+
+    monkeypatch.chdir(tmp_path)
+    plot = TrainingProgressPlot(max_epochs=3, iterations_per_epoch=4, min_interval=0)
+    plot._draw_share = 1.0  # no pause for the drawing's cost: every update is drawn
+    assert window_backend.SHOWN == [plot.figure]  # one window, opened at once
+    plot.update(make_info(3))
+    plot.update(make_info(8))
+    figures = [figure for figure, _ in window_backend.FLUSHED]
+    assert figures == [plot.figure] * 3 and plot.figure.axes[0].lines[0].get_xdata()[-1] == 8
+    assert plot.close(make_info(12)) is None  # no file unasked: the window shows it
+    assert not (tmp_path / DEFAULT_PATH).exists() and len(window_backend.FLUSHED) == 4
+    assert window_backend.SHOWN == [plot.figure]  # still the one window, left open
+
+
+def test_a_window_changed_by_another_thread_is_drawn_by_the_main_thread(window_backend):
+    import threading
+
+    from jaxflowers.plots.backend import pump_windows, windows_open
+
+    plot = Counter(min_interval=0)
+    plot._draw_share = 1.0
+    flushed = len(window_backend.FLUSHED)
+    worker = threading.Thread(target=plot.add, args=(1,))  # as a pool's reader thread
+    worker.start()
+    worker.join()
+    assert len(window_backend.FLUSHED) == flushed  # GUI toolkits are single-threaded
+    assert windows_open()
+    pump_windows()  # what a waiting main thread calls
+    assert len(window_backend.FLUSHED) == flushed + 1 and plot.draws >= 1
+    plot.close()
+    assert not windows_open()

@@ -158,21 +158,46 @@ def test_speedup_figure_has_throughput_and_speedup_panels(tmp_path):
         assert ax.get_legend() is not None
 
 
-def test_speedup_figure_with_one_device_shows_throughput_and_says_why_no_speedup():
+def test_speedup_figure_with_one_device_shows_throughput_and_each_window():
+    """One device count has no speedup: the second panel shows how steady each timed window
+    was (ms per iteration), and each window's images/s sits on its system's bar."""
     one = [{"model": "cifar_net:1", "strategy": s, "scaling": "weak", "devices": 1,
-            "images_per_s": v} for s, v in (("shard_map", 812.4), ("pmap", 790.0))]
-    ips, gain = plots.speedup(one).axes
+            "images_per_s": v, "windows_s": w, "window_steps": 2, "global_batch": 8,
+            "compile_s": 3.25}
+           for s, v, w in (("shard_map", 812.4, [0.02, 0.025]), ("pmap", 790.0, [0.02] * 3))]
+    ips, windows = plots.speedup(one).axes
     assert [bar.get_width() for bar in ips.patches] == [790.0, 812.4]  # one bar per system
     assert [t.get_text() for t in ips.get_yticklabels()] == ["cifar_net:1, pmap (weak)",
                                                            "cifar_net:1, shard_map (weak)"]
     assert [t.get_text() for t in ips.texts] == ["790", "812"]
-    assert ips.get_xlabel() == "Images/s on 1 device(s)"
-    assert len(gain.lines) == 0 and "two or more device counts" in gain.texts[0].get_text()
+    assert ips.get_xlabel() == "Images/s on 1 device (bar: median window)"
+    dots = [line.get_xdata().tolist() for line in ips.lines]
+    assert dots == [[800.0] * 3, [800.0, 640.0]]  # 2 iterations x 8 images per window
+    assert windows.get_title() == "Time per iteration, window by window"
+    assert [line.get_ydata().tolist() for line in windows.lines] == [[10.0] * 3, [10.0, 12.5]]
+    assert [t.get_text() for t in windows.get_legend().get_texts()] == [
+        "cifar_net:1, pmap (weak), compile 3.2 s", "cifar_net:1, shard_map (weak), compile 3.2 s"]
+    assert "no speedup" in windows.texts[0].get_text()
+
+
+@pytest.mark.parametrize("classes, most_inches", [(3, 7), (10, 9.5), (30, 14.5)])
+def test_confusion_chart_grows_with_its_classes_and_keeps_text_readable(classes, most_inches):
+    names = [f"c{i}" for i in range(classes)]
+    chart = plots.confusion_chart(np.arange(classes), np.arange(classes), names)
+    width, height = chart.figure.get_size_inches()
+    assert max(width, height) <= most_inches
+    font = chart.ax.texts[0].get_fontsize()
+    assert font >= 6 and font == chart.figure.axes[1].texts[0].get_fontsize()
+    chart.figure.canvas.draw()  # the strip under the cells starts just below their labels
+    cells, strip = chart.ax.get_window_extent(), chart.figure.axes[2].get_window_extent()
+    labels = chart.ax.xaxis.label.get_window_extent()
+    gap = (labels.y0 - strip.y1) / chart.figure.dpi
+    assert 0 < gap < 0.45 and cells.y0 > labels.y1
 
 
 def test_import_is_light_and_charts_never_open_windows():
-    """Importing the package loads no pyplot, NVML or IPython; drawing outside Jupyter picks
-    Agg even where a display would let matplotlib choose an interactive backend."""
+    """Importing the package loads no pyplot, NVML or IPython; drawing where DISPLAY names
+    no display that answers picks Agg (matplotlib's own check), so nothing waits on a window."""
     code = ("import sys, jaxflowers, jaxflowers.plots, jaxflowers.monitor\n"
             "heavy = [m for m in ('matplotlib.pyplot', 'pynvml', 'IPython') if m in sys.modules]\n"
             "assert not heavy, heavy\n"

@@ -47,7 +47,8 @@ def _sweep_cli(args: list[str], cwd: pathlib.Path, timeout: float = 300, **env):
 def _check_outputs(out: str, depths: list[int], folder: pathlib.Path) -> dict[int, float]:
     """Assert what every sweep prints and saves; returns depth -> final validation %."""
     for job, depth in enumerate(depths):  # the live table: a row per job and validation
-        rows = re.findall(rf"^\s+{job}\s+{depth}\s+(\d+)\s+\d+\s+[\d.]+%\s+[\d.]+%$", out, re.M)
+        rows = re.findall(rf"^\s+{job}\s+{depth}\s+(\d+)\s+\d+\s+[\d.]+%\s+[\d.]+%\s+[\d.]+$",
+                          out, re.M)
         assert rows and rows[0] == "1", out
     final = {int(d): float(a) for d, a in
              re.findall(r"^  job \d+ \(depth (\d+)\): ([\d.]+)% \(compile [\d.]+ s, "
@@ -73,13 +74,16 @@ def _check_outputs(out: str, depths: list[int], folder: pathlib.Path) -> dict[in
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_cli_sweep_on_digits_trains_both_depths_and_tests_the_best(tmp_path):
+    """Without --out everything goes into a new run folder under runs/, nothing beside it."""
     result = _sweep_cli(["--depths", "1", "2", "--data", "digits", "--epochs", "2",
-                         "--out", "tmp", "--option", "steps_per_dispatch=1"], tmp_path)
+                         "--option", "steps_per_dispatch=1"], tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    final = _check_outputs(result.stdout, [1, 2], tmp_path / "tmp")
+    folder = tmp_path / re.match(r"Run folder: (runs/\S+-sweep)\n", result.stdout).group(1)
+    assert os.listdir(tmp_path) == ["runs"] and os.listdir(tmp_path / "runs") == [folder.name]
+    final = _check_outputs(result.stdout, [1, 2], folder)
     for job in (0, 1):  # two epochs, each validated once: epoch 2 is the last row
         assert re.search(rf"^\s+{job}\s+{job + 1}\s+2\s+22\s", result.stdout, re.M)
-    logs = sorted((tmp_path / "tmp" / "sweep-logs").glob("job-*.log"))
+    logs = sorted((folder / "sweep-logs").glob("job-*.log"))
     assert len(logs) == 2 and "Training on 1 cpu device" in logs[0].read_text()
     assert all(re.search(r"^Predicted the \d+ test images$", log.read_text(), re.M)
                for log in logs)
@@ -156,6 +160,7 @@ def test_the_caller_builds_the_folder_caches_without_importing_jax(tmp_path, mon
                             env=_env(JAXFLOWERS_CACHE_DIR=str(cache)), text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["20", "4"] and "Resizing 20 images" in result.stderr
+    assert "\r" not in result.stderr  # a log gets a line per resize, not a bar
     monkeypatch.setenv("JAXFLOWERS_CACHE_DIR", str(cache))
     train, validation, test = recipes.load_plan(example_plan(str(photos)))  # a job's load
     assert sum(len(s.images) for s in (train, validation, test)) == 24
@@ -191,7 +196,7 @@ def test_load_sets_splits_digits_three_ways_and_deterministically():
     assert (again.images == test.images).all() and set(test.labels) == set(range(10))
 
 
-def test_progress_table_prints_validations_job_times_and_failures_only():
+def test_progress_table_prints_validations_job_times_and_failures_in_its_columns():
     stream = io.StringIO()
     table = results.ProgressTable((1, 3), stream, start=time.perf_counter() - 2.0)
     table(0, {"state": "start", "iteration": 0, "epoch": 0})
@@ -202,11 +207,14 @@ def test_progress_table_prints_validations_job_times_and_failures_only():
     table(0, {"state": "failed", "error": "job 0 raised ValueError: bad"})
     table(1, {"state": "cancelled"})
     lines = stream.getvalue().splitlines()
-    assert lines[0].split()[:4] == ["0", "1", "first", "step"] and len(lines) == 5
-    assert lines[1].split() == ["1", "3", "1", "11", "38.28%", "23.46%"]
-    assert lines[2].split()[:4] == ["0", "1", "training", "done"]
-    assert lines[3].split()[:3] == ["0", "1", "failed:"] and lines[4].split() == [
-        "1", "3", "cancelled"]
+    assert len(lines) == 5
+    ends = {re.search(r"\d+\.\d(?=  |$)", line).end() for line in lines}
+    assert len(ends) == 1  # every line's seconds end in one column
+    assert lines[0].split()[:2] == ["0", "1"] and lines[0].split()[3] == "started"
+    assert lines[1].split()[:6] == ["1", "3", "1", "11", "38.28%", "23.46%"]
+    assert lines[2].split()[3] == "done"
+    assert lines[3].split()[3:] == ["failed:", "job", "0", "raised", "ValueError:", "bad"]
+    assert lines[4].split()[3] == "cancelled"
     assert 2.0 <= table.began[0] <= table.ended[0] < 60 and 1 not in table.began
 
 

@@ -58,22 +58,25 @@ def _no_process_left(tmp_path: pathlib.Path) -> list[str]:
 
 
 REFUSED = [  # arguments -> what the one error line must say; nothing may start
-    (["--option", "bogus=1"], "error: --option: unknown option 'bogus'"),
+    (["--option", "bogus=1"], "error: --option: unknown option 'bogus'; the command line can "
+                              "set solver, initial_learn_rate, mini_batch_size, shuffle,"),
+    (["--option", "output_fn=print"], "error: --option: output_fn cannot be set on the command "
+                                      "line: the pool receives every job's messages"),
     (["--option", "mini_batch_size=0"], "error: --option: mini_batch_size=0 must be an integer"),
     (["--option", "solver=lbfgs"], "error: --option: solver='lbfgs' is not allowed"),
     (["--option", "steps_per_dispatch=0"],  # an ExecutionOptions field, checked as such
      "error: --option: steps_per_dispatch=0 must be an integer >= 1"),
     (["--option", "strategy=bogus"], "error: --option: strategy='bogus' is not allowed"),
     (["--option", 'augmentation={"flip": true}'], "error: --option: augmentation={'flip': "),
-    (["--option", "steps_per_dispatch"], "error: --option: --option 'steps_per_dispatch': use "
+    (["--option", "steps_per_dispatch"], "error: --option: 'steps_per_dispatch': use "
                                          "NAME=VALUE"),
     (["--depths", "0"], "argument --depths: '0' is not a positive integer"),
     (["--epochs", "-1"], "argument --epochs: '-1' is not a positive integer"),
     (["--jobs-per-device", "0"], "argument --jobs-per-device: '0' is not a positive integer"),
     (["--data", "no-such-folder"], "error: data 'no-such-folder' is neither 'cifar10', "
                                    "'digits' nor an existing folder"),
-    (["--out", "a-file/out"], "error: cannot write the sweep's outputs to a-file/out: "
-                              "Not a directory"),
+    (["--out", "a-file/out"], "error: --out: cannot write into {tmp}/a-file/out (Not a "
+                              "directory)"),
 ]
 
 
@@ -84,8 +87,9 @@ def test_bad_input_is_refused_before_any_worker_starts(tmp_path, args, message):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, out + err
     lines = err.strip().splitlines()
-    assert message in lines[-1], err
-    assert "Traceback" not in err and not (tmp_path / "sweep-logs").exists()
+    assert message.replace("{tmp}", str(tmp_path)) in lines[-1], err
+    assert "validation_data" not in err and "Traceback" not in err
+    assert sorted(os.listdir(tmp_path)) == ["a-file", "tmp"]  # no run folder left behind
     assert os.listdir(tmp_path / "tmp") == [] and _no_process_left(tmp_path) == []
 
 
@@ -122,8 +126,8 @@ def test_a_job_whose_loss_diverges_fails_with_that_reason_and_is_not_chosen(tmp_
                    "--option", "steps_per_dispatch=1", "--out", "out"], tmp_path)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 1, out + err
-    reason = re.search(r"^\s+0\s+1 failed: ((?:training loss is (?:NaN|Inf)|gradient is not "
-                       r"finite) at iteration (\d+))$", out, re.M)
+    reason = re.search(r"^\s+0\s+1\s+[\d.]+  failed: ((?:training loss is (?:NaN|Inf)|gradient "
+                       r"is not finite) at iteration (\d+))$", out, re.M)
     assert reason, out
     assert f"  job 0 (depth 1): {reason.group(1)} (compile" in out
     assert "No job finished with a validation accuracy" in out and "Best network" not in out
@@ -145,7 +149,8 @@ def test_a_stop_signal_keeps_the_finished_jobs_and_leaves_nothing_behind(tmp_pat
     lines, deadline = [], time.monotonic() + 240
     for line in proc.stdout:  # the live table: job 1's first step means job 0 is done
         lines.append(line)
-        if line.split()[:4] == ["1", "2", "first", "step"] or time.monotonic() > deadline:
+        cells = line.split()  # job, depth, seconds, event
+        if (cells[:2] == ["1", "2"] and cells[3:4] == ["started"]) or time.monotonic() > deadline:
             break
     proc.send_signal(signum)
     rest, err = proc.communicate(timeout=60)
@@ -175,15 +180,16 @@ def test_failed_jobs_are_reported_and_saved_before_a_figure_fails(tmp_path):
                    "--out", "out"], tmp_path)
     out, err = proc.communicate(timeout=100)
     assert proc.returncode == 1, out + err
-    assert out.startswith("Data: the handwritten digits embedded in scikit-learn (1,797 "
-                          "images, offline), split 80% training, 10% validation")
+    assert out.startswith("Run folder: out\nData: the handwritten digits embedded in "
+                          "scikit-learn (1,797 images, offline), split 80% training, 10% "
+                          "validation")
     for job in (0, 1):
-        assert re.search(rf"^\s+{job}\s+{job + 1} failed: job {job} raised", out, re.M), out
+        assert re.search(rf"^\s+{job}\s+{job + 1}\s+[\d.]+  failed: job {job} raised", out,
+                         re.M), out
         assert re.search(rf"^  job {job} \(depth {job + 1}\): job {job} raised \w+", out, re.M)
     assert "No job finished with a validation accuracy" in out and "Saved" not in out
     assert [line for line in err.splitlines() if line.startswith("warning:")] == [
-        "warning: could not write out/sweep_progress.png: IsADirectoryError: [Errno 21] Is a "
-        "directory: 'out/sweep_progress.png'"]
+        "warning: the figure could not be saved to out/sweep_progress.png: it is a folder"]
     saved = json.loads((tmp_path / "out" / "sweep_results.json").read_text())
     assert [(j["depth"], j["status"]) for j in saved["jobs"]] == [(1, "failed"), (2, "failed")]
     assert saved["jobs"][0]["error"].startswith("job 0 raised") and saved["best"] is None

@@ -1,4 +1,5 @@
 """live: the sweep grid, what it draws and when it redraws in Jupyter."""
+import io
 import time
 
 import matplotlib.image
@@ -28,6 +29,11 @@ def message(i, accuracy, **extra):
             "state": "iteration", **extra}
 
 
+def titles(plot) -> list[str]:
+    """Each job's title: its name and state."""
+    return [cell.get_suptitle() for cell in plot.figure.subfigs if cell.get_suptitle()]
+
+
 def test_sweep_plot_many_messages_stay_cheap(jupyter, tmp_path):
     plot = live.SweepProgressPlot(2, titles=["depth 1", "depth 2"], min_interval=3600)
     start = time.perf_counter()
@@ -40,8 +46,8 @@ def test_sweep_plot_many_messages_stay_cheap(jupyter, tmp_path):
     assert len(jupyter) == 1 and handle.updates == []
     plot.update(0, {"state": "done"})
     assert len(handle.updates) == 1  # a job's end is shown at once
-    assert [ax.get_title() for ax in plot.figure.axes] == ["depth 1: done", "depth 2: running"]
-    train, val = plot.figure.axes[1].lines
+    assert titles(plot) == ["depth 1: done", "depth 2: running"]
+    train, val = plot.figure.axes[2].lines  # job 1's accuracy, above its loss
     assert len(train.get_xdata()) == 4000 and train.get_ydata()[-1] == 100.0
     np.testing.assert_array_equal(val.get_xdata(), [1000, 2000, 3000, 4000])
     np.testing.assert_array_equal(val.get_ydata(), [51.0] * 4)
@@ -56,13 +62,45 @@ def test_sweep_plot_states_grid_and_errors(tmp_path):
     plot.update(2, {"state": "cancelled"})
     plot.save(tmp_path / "s.png", dpi=20)
     assert_png(tmp_path / "s.png", plot.figure, 20)
-    assert [ax.get_title() for ax in plot.figure.axes[:3]] == [
-        "Job 0: queued", "Job 1: failed", "Job 2: cancelled"]
-    legend = plot.figure.axes[0].get_legend()
-    assert [t.get_text() for t in legend.get_texts()] == ["Training", "Validation"]
-    assert not plot.figure.axes[3].axison  # the unused fourth panel is hidden
+    assert titles(plot) == ["Job 0: queued", "Job 1: failed", "Job 2: cancelled"]
+    assert len(plot.figure.axes) == 6  # accuracy and loss of 3 jobs; the fourth cell empty
+    (legend,) = plot.figure.legends  # one legend for the figure, outside every panel
+    assert [t.get_text() for t in legend.get_texts()] == ["Training accuracy", "Training loss",
+                                                         "Validation"]
+    assert not any(ax.get_legend() for ax in plot.figure.axes)
+    assert plot.figure.get_suptitle() == "Training progress of 3 networks"
     with pytest.raises(ValueError, match="2 titles for 3 jobs"):
         live.SweepProgressPlot(3, titles=["a", "b"])
+
+
+def test_loss_beside_accuracy_epochs_shaded_and_headroom_at_100_percent():
+    plot = live.SweepProgressPlot(1)
+    for i in range(1, 13):
+        plot.update(0, message(i, 100.0, epoch=(i - 1) // 4 + 1, loss=1.0 / i))
+    plot.update(0, message(12, 100.0, state="validation", validation_accuracy=100.0,
+                           validation_loss=0.2))
+    plot.save(io.BytesIO())
+    acc, loss = plot.figure.axes
+    np.testing.assert_allclose(loss.lines[0].get_ydata(), 1.0 / np.arange(1, 13))
+    assert loss.lines[1].get_xydata().tolist() == [[12, 0.2]]
+    assert acc.get_ylim()[1] > 100  # a line at 100 % is not drawn on the frame
+    shaded = [p for p in acc.patches if p.get_gid() == "epoch"]
+    assert [p.get_x() for p in shaded] == [4.5]  # epoch 2 of 3
+    assert all(float(t).is_integer() for t in loss.get_xticks())
+
+
+def test_without_a_display_the_file_follows_validations_and_job_ends(tmp_path):
+    path = tmp_path / "grid.png"
+    plot = live.SweepProgressPlot(2, path=path, min_interval=0)
+    empty = path.read_bytes()
+    plot.update(0, message(1, 10.0))
+    assert path.read_bytes() == empty  # an iteration: not rewritten
+    plot.update(0, message(1, 10.0, state="validation", validation_accuracy=20.0))
+    validated = path.read_bytes()
+    assert validated != empty
+    plot.update(1, {"state": "failed"})
+    assert path.read_bytes() != validated  # a job's end
+    assert plot.close() == path and titles(plot)[1] == "Job 1: failed"
 
 
 class FakePool:

@@ -56,3 +56,17 @@ def test_without_tensorboardx_the_error_says_what_to_install(tmp_path, monkeypat
                                           r"\"jaxflowers\[tensorboard\]\""):
         TensorBoardLog(tmp_path / "runs")
     assert not (tmp_path / "runs").exists()
+
+
+def test_train_asks_for_tensorboardx_before_it_compiles(tmp_path, monkeypatch, digits):
+    import jaxflowers as jf
+    from jaxflowers.training import program
+
+    def never(*args, **kwargs):
+        raise AssertionError("compiled before the missing package was reported")
+
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)
+    monkeypatch.setattr(program.TrainProgram, "__init__", never)
+    opts = jf.TrainingOptions(max_epochs=1, log_dir=tmp_path / "tb")
+    with pytest.raises(ImportError, match="needs tensorboardX"):
+        jf.train(digits, jf.models.cifar_net(1), opts)

@@ -2,6 +2,7 @@
 import contextlib
 import importlib
 import io
+import re
 import threading
 
 import numpy as np
@@ -25,10 +26,32 @@ def run(small):
                               max_epochs=2, validation_data=val, validation_frequency=5,
                               verbose_frequency=4, shuffle="every-epoch",
                               output_fn=messages.append)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    out, err = io.StringIO(), io.StringIO()  # a log file, not a terminal
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         net, info = jf.train(train, jf.models.cifar_net(1), opts)
+    assert "\r" not in err.getvalue()  # no progress bar's carriage returns in a log
     return net, info, messages, out.getvalue()
+
+
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal, as a shell's stdout and stderr do."""
+
+    def isatty(self):
+        return True
+
+
+def test_on_a_terminal_a_bar_with_rate_and_eta_runs_under_the_table(small):
+    train, val = small
+    opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=0.05, mini_batch_size=16,
+                              max_epochs=2, validation_data=val, validation_frequency=5,
+                              verbose_frequency=4, shuffle="every-epoch")
+    out, err = Terminal(), Terminal()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        jf.train(train, jf.models.cifar_net(1), opts)
+    frames = err.getvalue().split("\r")
+    assert any(re.search(r"Training: +\d+%.*\| 12/12 \[\d\d:\d\d<\d\d:\d\d, .*it/s, loss "
+                         r"[\d.]+, accuracy [\d.]+%\]", frame) for frame in frames), frames
+    assert [int(row["Iteration"]) for row in table_rows(out.getvalue())] == [1, 4, 5, 8, 10, 12]
 
 
 def test_epochs_drop_the_last_partial_batch(run):
@@ -65,16 +88,34 @@ def test_final_validation_matches_predict(run, small):
     assert 100 * jf.accuracy(labels, val.labels) == pytest.approx(info.final_validation_accuracy)
 
 
+def table_rows(text: str) -> list[dict]:
+    """The verbose table's rows in ``text`` as {column title: cell}, the columns read off the
+    rule under the two header lines (cells are right-aligned over its dashes)."""
+    lines = text.splitlines()
+    rule = next(i for i, line in enumerate(lines) if line.strip() and set(line) <= {" ", "-"})
+    spans = [m.span() for m in re.finditer(r"-+", lines[rule])]
+    titles = [f"{lines[rule - 2][a:b].strip()} {lines[rule - 1][a:b].strip()}".strip()
+              for a, b in spans]
+    rows = []
+    for line in lines[rule + 1:]:
+        cells = [line[a:b].strip() for a, b in spans]
+        if cells[0].isdigit() and cells[1].isdigit():
+            rows.append(dict(zip(titles, cells)))
+    return rows
+
+
 def test_verbose_table_rows(run):
     *_, out = run
-    rows = [line for line in out.splitlines()
-            if line.startswith("|") and line[2:9].strip().isdigit()]
-    iterations = [int(r.split("|")[2]) for r in rows]
+    rows = table_rows(out)
+    iterations = [int(r["Iteration"]) for r in rows]
     assert iterations == [1, 4, 5, 8, 10, 12]  # first, every 4th, validations, last
     assert "Training on 4 cpu devices" in out and "(4 per device)" in out
-    assert "Mini-batch" in out and "Base Learning" in out
+    assert list(rows[0]) == ["Epoch", "Iteration", "Elapsed hh:mm:ss", "Training accuracy",
+                             "Validation accuracy", "Training loss", "Validation loss",
+                             "Learning rate"]
     assert out.rstrip().endswith("Training finished: max epochs completed.")
-    assert rows[-1].count("%") == 2  # the last row carries a validation accuracy
+    assert rows[-1]["Validation accuracy"].endswith("%") and not rows[0]["Validation loss"]
+    assert max(len(line) for line in out.splitlines()[1:]) <= 100  # a terminal's width
 
 
 def test_reading_results_one_sync_point_late_changes_nothing(small, monkeypatch):
@@ -95,8 +136,8 @@ def test_reading_results_one_sync_point_late_changes_nothing(small, monkeypatch)
         with contextlib.redirect_stdout(out):
             _, info = jf.train(train, jf.models.cifar_net(1), opts,
                                execution=jf.ExecutionOptions(num_devices=1))
-        rows = [line.split("|")[1:3] + line.split("|")[4:] for line in out.getvalue().splitlines()
-                if line.startswith("|") and line[2:9].strip().isdigit()]  # all but the clock
+        rows = [{k: v for k, v in row.items() if k != "Elapsed hh:mm:ss"}  # all but the clock
+                for row in table_rows(out.getvalue())]
         results.append((info, rows))
     (now, rows_now), (late, rows_late) = results
     np.testing.assert_array_equal(late.validation_iteration, [5, 10, 12])

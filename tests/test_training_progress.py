@@ -24,7 +24,7 @@ def make_info(n=12, **changes):
         accuracy=np.linspace(10.0, 95.0, n), learn_rate=np.full(n, 0.01),
         validation_iteration=val, validation_loss=1.0 / val,
         validation_accuracy=50.0 + val, train_time=83.0, num_devices=4,
-        stop_reason="max-epochs")
+        stop_reason="max-epochs", max_epochs=3, iterations_per_epoch=4)
     return dataclasses.replace(info, **changes)
 
 
@@ -38,7 +38,7 @@ def _close_figures():
 
 def panel_text(fig) -> dict:
     """{label: value} of the information panel."""
-    info_ax = fig.axes[2]
+    (info_ax,) = [ax for ax in fig.axes if ax.get_gid() == "information"]
     return {t.get_gid(): t.get_text() for t in info_ax.texts if t.get_gid()}
 
 
@@ -72,13 +72,28 @@ def test_panels_lines_legends_and_epochs(tmp_path):
         shaded = [p for p in ax.patches if p.get_gid() == "epoch"]
         assert [p.get_x() for p in shaded] == [4.5]  # epoch 2 of 3 shaded
     assert epoch_axis(acc) == ([2.5, 6.5, 10.5], ["1", "2", "3"])
+    ticks = loss.get_xticks()
+    assert all(float(t).is_integer() for t in ticks)  # iterations are whole numbers
+    assert acc.get_ylim()[1] > 100 and acc.get_yticks()[-1] == 100  # 100 % off the frame
     text = panel_text(fig)
-    assert text["Epoch"] == "3" and text["Iteration"] == "12"
+    assert text["Epoch"] == "3 of 3" and text["Iteration"] == "12 of 12"  # from the info
     assert text["Accuracy"] == "62.00%" and text["Loss"] == "0.0833"
-    assert text["Elapsed"] == "00:01:23" and text["Hardware"] == "4 device(s)"
+    assert text["Elapsed"] == "00:01:23" and text["Hardware"] == "4 devices"
     assert text["Stop reason"] == "max-epochs" and text["Learning rate"] == "0.01"
     fig.savefig(tmp_path / "tp.png", dpi=40)
     assert matplotlib.image.imread(tmp_path / "tp.png")[..., :3].std() > 0.01
+
+
+def test_a_panel_per_requested_metric_and_one_device_in_words():
+    info = make_info(validation_metrics={"fscore": np.array([0.2, 0.5, 0.9]),
+                                         "auc": np.array([0.6, 0.7, 0.8])}, num_devices=1)
+    fig = training_progress(info)
+    acc, loss, fscore, auc, _ = fig.axes
+    assert (fscore.get_ylabel(), auc.get_ylabel()) == ("F-score", "AUC")
+    np.testing.assert_array_equal(fscore.lines[0].get_xydata(), [[4, 0.2], [8, 0.5], [12, 0.9]])
+    assert auc.get_xlabel() == "Iteration" and loss.get_xlabel() == ""  # the bottom panel's
+    assert panel_text(fig)["Hardware"] == "1 device"
+    assert fig.get_size_inches()[1] > training_progress(make_info()).get_size_inches()[1]
 
 
 def test_into_given_axes_and_empty_info():
@@ -89,8 +104,8 @@ def test_into_given_axes_and_empty_info():
     assert len(fig.axes) == 2 and axes[0].lines[0].get_xdata().size == 0
 
 
-def test_many_epochs_are_shaded_and_labelled_every_tenth():
-    plot = TrainingProgressPlot(max_epochs=80, iterations_per_epoch=3, path=None)
+def test_many_epochs_are_shaded_and_labelled_every_tenth(tmp_path):
+    plot = TrainingProgressPlot(max_epochs=80, iterations_per_epoch=3, path=tmp_path / "p.png")
     plot.update(make_info(30))
     plot.save(io.BytesIO())
     acc, loss, _ = plot.figure.axes
@@ -103,13 +118,24 @@ def test_many_epochs_are_shaded_and_labelled_every_tenth():
     assert text["Stop reason"] == "training"  # still running: no reason yet
 
 
-def test_script_close_saves_the_final_frame_to_the_working_folder(tmp_path, monkeypatch,
-                                                                   capsys):
+def test_without_a_display_the_file_is_rewritten_at_each_validation(tmp_path, monkeypatch,
+                                                                     capsys):
+    """A script on a machine without a display: the PNG in the working folder shows the run
+    so far after each validation (not after every update), and the final frame at close."""
     monkeypatch.chdir(tmp_path)
     plot = TrainingProgressPlot(max_epochs=3, iterations_per_epoch=4, validation_frequency=4,
-                                hardware="4 x cpu")
+                                hardware="4 x cpu", min_interval=0)
+    path = tmp_path / DEFAULT_PATH
+    empty = path.read_bytes()  # written at once, so it can be opened while training
+    plot.update(make_info(3))  # no validation yet: the file stays as it was
+    assert path.read_bytes() == empty
+    plot.update(make_info(4))  # the first validation: rewritten
+    first = path.read_bytes()
+    assert first != empty and Image.open(path).size == (1100, 600)
+    acc = plot.figure.axes[0]
+    assert acc.lines[0].get_xdata()[-1] == 4 and acc.lines[2].get_xdata().tolist() == [4]
     plot.update(make_info(7))
-    assert plot.figure.axes == []  # outside Jupyter nothing is drawn before close
+    assert path.read_bytes() == first  # between validations: not rewritten
     final = make_info(12, stop_reason="stopped by output_fn")
     assert plot.close(final) == pathlib.Path(DEFAULT_PATH)  # relative to the working folder
     out = capsys.readouterr().out
@@ -147,9 +173,11 @@ def test_jupyter_close_shows_the_final_frame_and_saves_only_when_asked(jupyter, 
 
 def test_a_path_that_cannot_be_written_warns_and_keeps_going(tmp_path):
     (tmp_path / "file").write_text("not a folder")
-    plot = TrainingProgressPlot(path=tmp_path / "file" / "progress.png")
-    with pytest.warns(UserWarning, match="could not be saved to .*file/progress.png"):
+    with pytest.warns(UserWarning, match="could not be saved to .*file/progress.png") as seen:
+        plot = TrainingProgressPlot(path=tmp_path / "file" / "progress.png", min_interval=0)
+        plot.update(make_info(4))
         assert plot.close(make_info()) is None
+    assert len(seen) == 1  # said once, not at every validation
 
 
 class FakeMonitor:

@@ -8,6 +8,8 @@ import statistics
 from jaxflowers.host.files import write_json_atomic
 from jaxflowers.plots import speedup, speedup_table
 
+__all__ = ["draw", "fold_peer", "peer_ratios", "save", "table_lines"]
+
 
 def save(report: dict, path) -> pathlib.Path:
     """Write ``report`` as JSON, atomically."""

@@ -30,6 +30,10 @@ from jaxflowers.options.execution import PRECISIONS, STRATEGIES, ExecutionOption
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.plots import speedup_table
 
+__all__ = ["BenchModel", "BenchSettings", "CPU_NOTE", "PEER_SCRIPT", "QUICK", "SCALINGS",
+           "config_options", "describe_devices", "device_counts", "environment", "main", "measure",
+           "parse_model", "run", "run_peer", "settings_from_args", "synthetic_set"]
+
 SCALINGS = ("weak", "strong")
 PEER_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "peer_torch.py"
 CPU_NOTE = ("NOTE: these CPU devices are one host's cores split into {n} (XLA's "
@@ -191,7 +195,8 @@ def _record(spec, settings, options, strategy, scaling, n, data) -> dict:
     execution = ExecutionOptions(precision=settings.precision, strategy=strategy, num_devices=n)
     record.update(measure(data, spec.build(), options, execution=execution, window_steps=window,
                           windows=settings.windows))
-    print(f"  {spec.name} {strategy} {scaling} {n} device(s): batch {record['global_batch']}, "
+    devices = f"{n} device{'s' if n > 1 else ''}"
+    print(f"  {spec.name} {strategy} {scaling} {devices}: batch {record['global_batch']}, "
           f"compile {record['compile_s']:.1f} s, {record['images_per_s']:.1f} images/s, "
           f"step {1e3 * record['step_s']:.2f} ms", flush=True)
     return record
@@ -292,23 +297,44 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
 
 
 def _parser() -> argparse.ArgumentParser:
+    d = BenchSettings()
     p = argparse.ArgumentParser(prog="python -m jaxflowers.bench", description=__doc__.split(
         "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", help="resnet50 and/or cifar_net:<depth>")
-    p.add_argument("--devices", nargs="+", type=int, help="default: 1, 2, 4, ..., all")
-    p.add_argument("--strategies", nargs="+", choices=STRATEGIES)
-    p.add_argument("--scalings", nargs="+", choices=SCALINGS)
-    p.add_argument("--per-device-batch", type=int)
-    p.add_argument("--global-batch", type=int, help="strong scaling's constant global batch")
-    p.add_argument("--precision", choices=PRECISIONS)
+    p.add_argument("--models", nargs="+", metavar="MODEL",
+                   help=f"resnet50 and/or cifar_net:<depth> (default: {' '.join(d.models)})")
+    p.add_argument("--devices", nargs="+", type=int, metavar="N",
+                   help="device counts to measure (default: 1, 2, 4, ... and all)")
+    p.add_argument("--strategies", nargs="+", choices=STRATEGIES,
+                   help=f"(default: {' '.join(d.strategies)})")
+    p.add_argument("--scalings", nargs="+", choices=SCALINGS,
+                   help=f"weak: batch x devices; strong: one global batch (default: "
+                        f"{' '.join(d.scalings)})")
+    p.add_argument("--per-device-batch", type=int, metavar="IMAGES",
+                   help="(default: 64 for resnet50, 128 for cifar_net)")
+    p.add_argument("--global-batch", type=int, metavar="IMAGES",
+                   help="strong scaling's constant global batch (default: per-device batch x "
+                        "the largest device count)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help=f"(default: {d.precision}: bfloat16 on GPUs, float32 on CPUs)")
     p.add_argument("--solver", choices=("adam", "sgdm"),
-                   help="default adam (the Flowers example's); the torch peer uses the same")
-    p.add_argument("--windows", type=int, help="timed windows per configuration")
-    p.add_argument("--window-steps", type=int, help="iterations per timed window")
-    p.add_argument("--num-images", type=int, help="synthetic training set size")
-    p.add_argument("--quick", action="store_true", help="CI size: cifar_net:1, shard_map, weak")
-    p.add_argument("--peer", choices=("torch",), help="also run benchmarks/peer_torch.py")
-    p.add_argument("--out", default="bench", help="folder for bench.json and speedup.png")
+                   help=f"the torch peer uses the same (default: {d.solver}, the Flowers "
+                        "example's)")
+    p.add_argument("--windows", type=int, metavar="N",
+                   help=f"timed windows per configuration, after a warm-up (default: "
+                        f"{d.windows})")
+    p.add_argument("--window-steps", type=int, metavar="N",
+                   help="iterations per timed window (default: 20 for resnet50, 256 for "
+                        "cifar_net)")
+    p.add_argument("--num-images", type=int, metavar="N",
+                   help="synthetic training set size (default: 3670 for resnet50, 45000 for "
+                        "cifar_net)")
+    p.add_argument("--quick", action="store_true",
+                   help="CI size: cifar_net:1, shard_map, weak, 128 images of 8 per device, "
+                        "2 windows of 2 iterations; other flags still apply (default: off)")
+    p.add_argument("--peer", choices=("torch",),
+                   help="also run benchmarks/peer_torch.py (default: none)")
+    p.add_argument("--out", default="bench",
+                   help="folder for bench.json and speedup.png (default: bench)")
     return p
 
 
@@ -328,7 +354,8 @@ def main(argv=None) -> int:
         print(CPU_NOTE.format(n=report["environment"]["local_device_count"]))
     print("\n".join(table_lines(report)))
     for r in report.get("peer_ratios", []):
-        print(f"{r['model']} on {r['devices']} device(s): images/s jaxflowers {r['jaxflowers']}"
+        print(f"{r['model']} on {r['devices']} device{'s' if r['devices'] > 1 else ''}: images/s "
+              f"jaxflowers {r['jaxflowers']}"
               f" / {r['torch']} = {r['ratio']:.2f}")
     if (peer or {}).get("skipped"):
         print(f"peer torch skipped: {peer['skipped']}")

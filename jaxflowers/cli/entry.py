@@ -19,6 +19,8 @@ from jaxflowers.cli import train as train_cli
 from jaxflowers.cli.train import Interrupted, stage
 from jaxflowers.host import signals
 
+__all__ = ["DEBUG_ENV", "main"]
+
 DEBUG_ENV = "JAXFLOWERS_DEBUG"  # "1": failures print their whole traceback
 # Errors whose message reads well alone; any other type is named before its message.
 _PLAIN_ERRORS = (ValueError, TypeError, OSError, RuntimeError, ImportError)

@@ -6,9 +6,11 @@ here when a ``--param`` is given. Nothing here imports JAX.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from jaxflowers.cli.args import positive_float, positive_int
+from jaxflowers.cli.outputs import RUNS
 
 
 def add_arguments(sweep: argparse.ArgumentParser) -> None:
@@ -63,7 +65,8 @@ def run(args: argparse.Namespace, options: dict) -> int:
         experiment = Experiment(recipe=args.recipe, params=params, strategy=args.strategy,
                                 trials=args.trials, objective=args.objective,
                                 data=args.data, options=options, pruner=args.pruner,
-                                seed=args.seed, name=args.name, out_dir=args.out,
+                                seed=args.seed, name=args.name,
+                                out_dir=args.out or os.path.join(RUNS, args.name),
                                 storage=args.storage, timeout=args.timeout)
         result = experiment.run(devices=devices, jobs_per_device=args.jobs_per_device)
     except KeyboardInterrupt:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from jaxflowers.cli import experiment as experiment_cli
 from jaxflowers.cli.args import non_negative_int, positive_int, positive_int_or_auto
+from jaxflowers.cli.outputs import RUNS, RunOutputs
 from jaxflowers.host import signals
+
+__all__ = ["add_parser", "command_line_fields", "parse_options", "run"]
 
 
 def add_parser(commands, parents=()) -> argparse.ArgumentParser:
@@ -38,26 +42,56 @@ def add_parser(commands, parents=()) -> argparse.ArgumentParser:
                             "started and stopped by the sweep: auto (when MPS can start; "
                             "else they take turns, with a warning), on (fail if it cannot), "
                             "off (default: auto)")
-    sweep.add_argument("--out", default=".",
-                       help="folder for sweep_results.json, the metrics CSVs, the PNGs and "
-                            "the job logs (default: the current folder)")
+    sweep.add_argument("--out", default=None, metavar="DIR",
+                       help="the run folder: sweep_results.json, the metrics CSVs, "
+                            "sweep_progress.png (rewritten at each validation), "
+                            "confusion_best.png and the job logs (default: a new folder "
+                            f"{RUNS}/<date>_<time>-sweep; an experiment: {RUNS}/NAME, where "
+                            "the same command resumes it)")
     sweep.add_argument("--seed", type=non_negative_int, default=0,
                        help="data splits, initialisation, shuffling (default: 0)")
     sweep.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                        help="set a TrainingOptions (or ExecutionOptions) field in every job "
-                            "(JSON value), e.g. --option steps_per_dispatch=1; repeatable")
+                            "(JSON value), e.g. --option steps_per_dispatch=1; repeatable "
+                            "(default: the parfeval example's options)")
     experiment_cli.add_arguments(sweep)
     return sweep
 
 
+# Fields a command line cannot give: data sets and functions are no JSON values, and the
+# sweep sets these itself (--epochs, --seed; workers draw no plots, the pool does).
+_NOT_ON_A_COMMAND_LINE = {"validation_data": "the sweep holds out 10% of --data",
+                          "output_fn": "the pool receives every job's messages",
+                          "max_epochs": "use --epochs", "seed": "use --seed",
+                          "plots": "the sweep draws sweep_progress.png itself",
+                          "plots_path": "the sweep draws sweep_progress.png itself"}
+
+
+def command_line_fields() -> list[str]:
+    """The ``TrainingOptions`` and ``ExecutionOptions`` fields ``--option`` can set."""
+    import dataclasses
+
+    from jaxflowers.options import ExecutionOptions, TrainingOptions
+
+    names = [f.name for cls in (TrainingOptions, ExecutionOptions)
+             for f in dataclasses.fields(cls) if f.init]
+    return [name for name in names if name not in _NOT_ON_A_COMMAND_LINE]
+
+
 def parse_options(items: list[str]) -> dict:
     """``--option NAME=VALUE`` items as a dict (a value that is not JSON stays a string);
-    ValueError for an item without ``=``."""
-    overrides = {}
+    ValueError for an item without ``=`` or a name a command line cannot set."""
+    overrides, allowed = {}, command_line_fields()
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise ValueError(f"--option {item!r}: use NAME=VALUE")
+            raise ValueError(f"{item!r}: use NAME=VALUE")
+        if name in _NOT_ON_A_COMMAND_LINE:
+            raise ValueError(f"{name} cannot be set on the command line: "
+                             f"{_NOT_ON_A_COMMAND_LINE[name]}")
+        if name not in allowed:
+            raise ValueError(f"unknown option {name!r}; the command line can set "
+                             f"{', '.join(allowed)}")
         try:
             overrides[name] = json.loads(value)
         except json.JSONDecodeError:
@@ -81,18 +115,27 @@ def run(args: argparse.Namespace) -> int:
         return _error(f"--option: {error}")
     if args.param:
         return experiment_cli.run(args, overrides)
+    outputs = RunOutputs(args.out, None, suffix="-sweep")
+    try:
+        outputs.check()
+        print(f"Run folder: {outputs.create()}", flush=True)
+    except OSError as error:
+        return _error(str(error))
+    os.environ.setdefault("MPLBACKEND", "Agg")  # figures as files; a window only when asked
     try:
         result = run_sweep(args.depths or [1, 2, 3, 4], data=args.data,
                            epochs=args.epochs or 30, devices=devices,
                            jobs_per_device=args.jobs_per_device,
                            mps={"auto": "auto", "on": True, "off": False}[args.mps],
-                           out_dir=args.out,
+                           out_dir=outputs.folder,
                            seed=args.seed, options_overrides=overrides)
     except KeyboardInterrupt as stop:  # before any job started
         print(f"{signals.signal_words(stop, capital=True)}.", file=sys.stderr)
         return signals.exit_status(stop)
     except (DataUnavailableError, ValueError, OSError, MpsError) as error:
         return _error(str(error))
+    finally:
+        outputs.discard_if_empty()
     print(f"Wall time: {result.wall_time:.1f} s")
     if result.interrupted:
         return 143 if result.interrupted == "SIGTERM" else 130

@@ -1,17 +1,27 @@
 """``python -m jaxflowers train``: its flags and what it runs.
 
-Trains the recipe's network, tests it on the held-out images and keeps what was asked for
-(``--save``, metrics, checkpoints); Ctrl-C becomes one line (:class:`Interrupted`)."""
+Trains the recipe's network, tests it on the held-out images and keeps in one run folder
+what the MATLAB example shows (the training-progress figure, the test set's confusion chart)
+with the metrics and what was asked for (``--save``); Ctrl-C becomes one line
+(:class:`Interrupted`)."""
 from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 import sys
 import time
 
 from jaxflowers.cli.args import image_size, non_negative_int, number, positive_float, positive_int
+from jaxflowers.cli.outputs import RUNS, RunOutputs
 from jaxflowers.host import signals
 from jaxflowers.recipes.networks import IMAGE_SIZE  # imports no JAX
+
+__all__ = ["CONFUSION_CHART", "Diverged", "Interrupted", "METRICS", "TRAINING_PROGRESS",
+           "add_parser", "run", "stage"]
+
+METRICS, TRAINING_PROGRESS, CONFUSION_CHART = (
+    "metrics.csv", "training_progress.png", "confusion_chart.png")  # in the run folder
 
 
 class Interrupted(Exception):
@@ -72,7 +82,8 @@ def add_parser(commands, common) -> None:
                        help="seed of the split, initial weights, shuffle and augmentation "
                             "(default: 0)")
     train.add_argument("--quiet", action="store_true",
-                       help="no progress table (default: print one row per 50 iterations)")
+                       help="no progress table or bar (default: a row per 50 iterations and "
+                            "validation, and on a terminal a bar with the time left)")
     _execution_arguments(train)
     _output_arguments(train)
     _distributed_arguments(train)
@@ -87,13 +98,22 @@ def _execution_arguments(train) -> None:
 
 
 def _output_arguments(train) -> None:
-    group = train.add_argument_group("outputs", "what the run keeps on disk")
-    group.add_argument("--out", default=".", metavar="DIR",
-                       help="folder for metrics.csv, the per-iteration history (default: the "
-                            "current folder)")
+    group = train.add_argument_group("outputs", "what the run keeps on disk, all in its run "
+                                     "folder")
+    group.add_argument("--out", default=None, metavar="DIR",
+                       help=f"the run folder: {METRICS} (the per-iteration history), "
+                            f"{TRAINING_PROGRESS} (rewritten at each validation), "
+                            f"{CONFUSION_CHART} (the test set) and --save's network (default: "
+                            f"a new folder {RUNS}/<date>_<time>)")
     group.add_argument("--save", default=None, metavar="FILE",
-                       help="save the trained network to FILE; jaxflowers.load(FILE) reads it "
-                            "back (default: not saved)")
+                       help="save the trained network to FILE, a bare name in the run folder, "
+                            "a path with a folder (./net.zip) where it says; "
+                            "jaxflowers.load(FILE) reads it back (default: not saved)")
+    group.add_argument("--plots", choices=("training-progress", "none"),
+                       default="training-progress",
+                       help="MATLAB's Plots: the training-progress figure and the confusion "
+                            "chart as PNGs, or none (default: training-progress; "
+                            "MPLBACKEND=TkAgg or QtAgg also opens a window)")
     group.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                        help="write checkpoints to DIR while training, and on Ctrl-C (default: "
                             "none)")
@@ -157,31 +177,48 @@ def stage(what: str, kept: tuple[str, ...] = ()):
 def run(args) -> int:
     """Run ``python -m jaxflowers train`` for parsed ``args``; returns the exit status."""
     clock = [time.perf_counter()]  # start, JAX ready, data ready, trained, predicted
-    _check_outputs(args)  # before any work: a result that cannot be written would be lost
-    recipe = _chosen_recipe(args)
+    outputs = RunOutputs(args.out, args.save)
+    # before any work: a result that cannot be written would be lost
+    outputs.check(**{"--checkpoint-dir": args.checkpoint_dir})
+    os.environ.setdefault("MPLBACKEND", "Agg")  # figures as files; a window only when asked
+    try:
+        return _run(args, outputs, clock)
+    finally:
+        outputs.discard_if_empty()  # a run that failed before writing anything
+
+
+def _run(args, outputs: RunOutputs, clock: list[float]) -> int:
+    recipe = _chosen_recipe(args)  # a bad name fails before JAX starts
     with stage("starting JAX"):
         devices, main_process = _start(args)
     clock.append(time.perf_counter())
     import jaxflowers as jf
 
+    if main_process:  # the only one that writes
+        print(f"Run folder: {outputs.create()}")
     model_name = args.model or recipe.model
     with stage("loading the data"):
         train_set, test_set, described = _load_sets(args, recipe, model_name)
+    model, opts = _recipe(args, recipe, model_name, len(devices), train_set, test_set,
+                          outputs if main_process else None)
     if main_process:
         print(described)
-    model, opts = _recipe(args, recipe, model_name, len(devices), train_set, test_set)
+        print(_options_line(args, recipe, opts, len(devices)))
     clock.append(time.perf_counter())
     with stage("training"):
         net, info = jf.train(train_set, model, opts, execution=_execution(args),
                              **_resume(args))
     clock.append(time.perf_counter())
-    kept = _keep(args, net, info, main_process)
+    kept = _keep(args, outputs, net, info, main_process)
     with stage("testing the network", kept):
         scores = jf.predict(net, test_set, **_execution(args))
     clock.append(time.perf_counter())
     if main_process:
-        _report(info, clock, jf.accuracy(jf.scores_to_labels(scores, net.class_names),
-                                         test_set.labels), len(test_set))
+        labels = jf.scores_to_labels(scores, net.class_names)
+        _report(info, clock, jf.accuracy(labels, test_set.labels), len(test_set))
+        if args.plots != "none":
+            kept += _confusion_chart(test_set, labels, outputs.path(CONFUSION_CHART))
+        print(f"Saved {', '.join(kept)}")
     return 0
 
 
@@ -196,21 +233,6 @@ def _start(args) -> tuple[list, bool]:
     jf.enable_compilation_cache()  # a second run loads its compiled programs
     devices = select_devices("auto", args.devices)  # starts the backend
     return devices, jax.process_index() == 0  # every process has the same results
-
-
-def _check_outputs(args) -> None:
-    """OSError naming the flag unless every folder the run writes to is writable (created)."""
-    from jaxflowers.host.files import unwritable
-
-    if args.save and os.path.isdir(args.save):
-        raise IsADirectoryError(f"--save {args.save} is a folder; give a file name, such as "
-                                f"{os.path.join(args.save, 'net.zip')}")
-    folders = {"--out": args.out, "--checkpoint-dir": args.checkpoint_dir,
-               "--save": args.save and (os.path.dirname(os.path.abspath(args.save)))}
-    for flag, folder in folders.items():
-        problem = folder and unwritable(folder)
-        if problem:
-            raise OSError(f"{flag}: cannot write into {os.path.abspath(folder)} ({problem})")
 
 
 def _chosen_recipe(args):
@@ -248,8 +270,10 @@ def _load_sets(args, recipe, model_name: str):
                          f"testing on {len(test)} images of {tuple(size)[0]}x{tuple(size)[1]}")
 
 
-def _recipe(args, recipe, model_name: str, device_count: int, train_set, test_set):
-    """(model, TrainingOptions) of the recipe, with the flags applied."""
+def _recipe(args, recipe, model_name: str, device_count: int, train_set, test_set,
+            outputs: RunOutputs | None):
+    """(model, TrainingOptions) of the recipe, with the flags applied; the training-progress
+    figure goes into ``outputs``' run folder (None: another process, which draws nothing)."""
     from jaxflowers import recipes
 
     spec = (model_name, {"depth": args.depth} if model_name == "cifar_net" else {})
@@ -258,12 +282,46 @@ def _recipe(args, recipe, model_name: str, device_count: int, train_set, test_se
     model = recipes.build_model(spec, len(train_set.class_names))
     common = dict(validation_data=test_set, seed=args.seed, verbose=not args.quiet,
                   **_checkpointing(args))
+    if args.plots != "none" and outputs is not None:
+        common.update(plots="training-progress",
+                      plots_path=str(outputs.path(TRAINING_PROGRESS)))
     if args.epochs:
         common["max_epochs"] = args.epochs
     opts = recipe.options(device_count, len(train_set), batch_size=args.batch_size, **common)
     if args.learn_rate:
         opts = opts.replace(initial_learn_rate=args.learn_rate)
     return model, opts
+
+
+def _options_line(args, recipe, opts, device_count: int) -> str:
+    """The recipe's mini-batch and learning rate, per device, and the rule that made them."""
+    batch = opts.mini_batch_size
+    rule = "--learn-rate, as given" if args.learn_rate else recipe.scaling
+    devices = f"{device_count} device{'s' if device_count > 1 else ''}"
+    return (f"Recipe {recipe.name}: mini-batch {batch} ({batch // device_count} per device on "
+            f"{devices}), initial learning rate {opts.learn_rate:g} ({rule}), "
+            f"{opts.max_epochs} epoch{'s' if opts.max_epochs > 1 else ''}")
+
+
+def _confusion_chart(test_set, labels, path: pathlib.Path) -> tuple[str, ...]:
+    """Save the test set's confusion chart (MATLAB's ``confusionchart``); (the file,) or ()
+    with a warning: a figure never costs the results."""
+    import warnings
+
+    import matplotlib.pyplot as plt
+
+    from jaxflowers.plots import confusion_chart
+
+    chart = confusion_chart(test_set.labels, labels, labels.class_names)
+    try:
+        chart.savefig(path, dpi=100)
+    except (OSError, ValueError) as error:
+        warnings.warn(f"the confusion chart could not be saved to {path}: {error}",
+                      stacklevel=2)
+        return ()
+    finally:
+        plt.close(chart.figure)
+    return (str(path),)
 
 
 def _execution(args) -> dict:
@@ -284,17 +342,19 @@ def _resume(args) -> dict:
     return {"resume": args.checkpoint_dir} if args.resume else {}
 
 
-def _keep(args, net, info, main_process: bool) -> tuple[str, ...]:
+def _keep(args, outputs: RunOutputs, net, info, main_process: bool) -> tuple[str, ...]:
     """Write metrics.csv and ``--save`` on process 0 (not after divergence), then raise if training
     did not finish (in every process, so all stop); what was written."""
     from jaxflowers.training.stop import StopReason
 
-    metrics = os.path.join(args.out, "metrics.csv")
+    metrics = str(outputs.path(METRICS)) if main_process else METRICS
     kept = (metrics,)
     if main_process:
         info.to_csv(metrics)
-        if args.save and not info.diverged:
-            kept += (str(net.save(args.save)),)
+        if outputs.save is not None and not info.diverged:
+            kept += (str(net.save(outputs.save)),)
+        if outputs.path(TRAINING_PROGRESS).is_file():
+            kept += (str(outputs.path(TRAINING_PROGRESS)),)
     if info.diverged:
         raise Diverged(f"{info.stop_reason}; the history is in {metrics}")
     if info.stopped_by.by_signal:
@@ -305,10 +365,6 @@ def _keep(args, net, info, main_process: bool) -> tuple[str, ...]:
         words = "terminated (SIGTERM)" if terminated else "interrupted"
         raise Interrupted(f"{words} after iteration {len(info.loss)}: {where}; kept "
                           f"{', '.join(kept)}", 143 if terminated else 130)
-    if main_process:
-        print(f"Metrics: {metrics}")
-        if len(kept) > 1:
-            print(f"Network saved to {kept[1]}")
     if info.stopped_by is StopReason.CHECKPOINT_FAILED:
         raise RuntimeError(f"training stopped: {info.stop_reason} (--checkpoint-failure "
                            f"stop); kept {', '.join(kept)}")
@@ -320,8 +376,9 @@ class Diverged(RuntimeError):
 
 
 def _report(info, clock: list[float], accuracy: float, test_count: int) -> None:
+    devices = f"{info.num_devices} device{'s' if info.num_devices > 1 else ''}"
     print(f"Compile {info.compile_time:.1f} s, training {info.train_time:.1f} s "
-          f"({info.images_per_second:,.0f} images/s on {info.num_devices} device(s))")
+          f"({info.images_per_second:,.0f} images/s on {devices})")
     start_up, load, trained, predict = (b - a for a, b in zip(clock[:-1], clock[1:]))
     print(f"Seconds: JAX start-up {start_up:.1f}, data {load:.1f}, set-up {info.setup_time:.1f}, "
           f"training {info.train_time:.1f}, "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import warnings
 
+__all__ = ["CACHE_ENV", "enable_compilation_cache"]
+
 CACHE_ENV = "JAXFLOWERS_COMPILE_CACHE"  # a folder, or "off"
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import os
 
+__all__ = ["DEFAULTS", "OFF_ENV", "compiler_options"]
+
 # Both are XLA:GPU debug options; XLA:CPU accepts and ignores them. Why off: they cost compile
 # time, and a step's one all-reduce comes after the whole backward pass (no latency to hide).
 DEFAULTS = {

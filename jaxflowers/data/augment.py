@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import jax
 
+__all__ = ["Augmentation", "normalize", "translate"]
+
 
 def _check_range(name: str, value) -> tuple[int, int]:
     try:

@@ -28,6 +28,9 @@ from jaxflowers.data import decode
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
 from jaxflowers.host.files import unwritable, write_json_atomic
 
+__all__ = ["FORMAT_VERSION", "ON_ERROR", "RESIZE_METHOD", "ResizeCache", "cache_key",
+           "default_cache_dir", "default_workers", "file_digest", "open_or_build"]
+
 RESIZE_METHOD = "pil-lanczos"  # recorded in the key and the sidecar; change it if decoding changes
 FORMAT_VERSION = 2  # 2: xxh3 digests, the folder's origin in the sidecar
 ON_ERROR = ("raise", "skip")
@@ -282,10 +285,10 @@ def _decode_in_threads(fd: int, offset: int, files: Sequence[str],
 
 def _collect(futures: dict, files: Sequence[str], on_error: str, desc: str) -> dict[int, str]:
     """Wait for ``futures`` ({future: its rows}) under a progress bar; ``{row: reason}``."""
-    from tqdm.auto import tqdm
+    from jaxflowers.host.terminal import progress_bar
 
     failed: dict[int, str] = {}
-    with tqdm(total=len(files), desc=desc, unit="img") as bar:
+    with progress_bar(len(files), desc=desc, unit="img", log_when_done=True) as bar:
         for future in concurrent.futures.as_completed(futures):
             for row, exc in sorted(future.result().items()):
                 failed[row] = failure_reason(exc)

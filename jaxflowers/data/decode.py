@@ -18,6 +18,9 @@ from typing import Iterator, Sequence
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
 from jaxflowers.host.processes import start_module
 
+__all__ = ["PROCESS_MIN_CPUS", "PROCESS_MIN_FILES", "available_cpus", "decode_in_processes",
+           "default_processes", "main", "use_processes"]
+
 # Fewer files: starting the workers costs about what they save.
 PROCESS_MIN_FILES = 2_000
 # Fewer CPUs: threads, so small machines (CI, a laptop) never pay the start-up.
@@ -51,7 +54,7 @@ def decode_in_processes(path: str, offset: int, files: Sequence[str], shape: tup
     ``path`` is full size, its data at ``offset``; ``shape`` is (N, H, W, 3); at most N processes
     start. Returns ``{row: "ErrorType: message"}``; with ``on_error="raise"`` the first raises.
     """
-    from tqdm.auto import tqdm
+    from jaxflowers.host.terminal import progress_bar
 
     count = min(processes, len(files))
     bounds = [len(files) * i // count for i in range(count + 1)] if count else [0]
@@ -65,7 +68,8 @@ def decode_in_processes(path: str, offset: int, files: Sequence[str], shape: tup
         for worker, (lo, hi) in zip(workers, runs):
             worker.feed({"path": path, "offset": offset, "shape": list(shape), "first": lo,
                          "files": list(files[lo:hi]), "stop_at_error": on_error == "raise"})
-        with tqdm(total=len(files), desc=f"{desc} in {count} processes", unit="img") as bar:
+        with progress_bar(len(files), desc=f"{desc} in {count} processes",
+                          unit="img", log_when_done=True) as bar:
             for worker, message in _messages(inbox, len(workers)):
                 for row, reason in message["failed"]:
                     failed[row] = reason

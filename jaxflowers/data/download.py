@@ -17,6 +17,9 @@ from pathlib import PurePosixPath, PureWindowsPath
 
 from jaxflowers.host.files import write_json_atomic
 
+__all__ = ["ChecksumError", "DownloadError", "FLOWERS_CLASSES", "FLOWERS_SHA256", "FLOWERS_URL",
+           "UnsafeArchiveError", "download_and_extract", "download_flowers"]
+
 FLOWERS_URL = "https://download.tensorflow.org/example_images/flower_photos.tgz"
 # sha256 of flower_photos.tgz (228,813,984 bytes) as pinned by TensorFlow Datasets for
 # tf_flowers: tensorflow_datasets/datasets/tf_flowers/checksums.tsv (tensorflow-datasets

@@ -6,6 +6,8 @@ from PIL import Image
 
 from jaxflowers.data.imageset import ImageSet
 
+__all__ = ["digits"]
+
 
 def digits(image_size: tuple[int, int] = (32, 32)) -> ImageSet:
     """scikit-learn's 8x8 digits as an ``ImageSet``: uint8 (1797, H, W, 3) at ``image_size``."""

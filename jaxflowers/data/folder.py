@@ -19,6 +19,8 @@ from jaxflowers.data import cache as cache_lib
 from jaxflowers.data import remote
 from jaxflowers.data.imageset import ImageSet, Labelled
 
+__all__ = ["FINGERPRINTS", "IMAGE_EXTENSIONS", "ImageFolder"]
+
 FINGERPRINTS = ("stat", "content")
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".dib", ".gif",
                               ".webp", ".tif", ".tiff"})

@@ -10,6 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
+__all__ = ["ImageSet", "Labelled", "count_each_label", "split_each_label"]
+
 
 class Labelled:
     """``countEachLabel`` and ``splitEachLabel`` for sets with ``labels`` and ``subset``."""

@@ -9,6 +9,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from PIL import Image, ImageOps
 
+__all__ = ["decode_image", "decode_rows", "failure_reason", "read_error", "resize"]
+
 _SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 
 

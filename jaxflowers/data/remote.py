@@ -10,6 +10,8 @@ import json
 import posixpath
 import re
 
+__all__ = ["RemoteFolder", "is_url"]
+
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _ETAG_KEYS = ("ETag", "etag", "md5Hash", "crc32c", "checksum")
 _MTIME_KEYS = ("LastModified", "Last-Modified", "last_modified", "updated", "mtime", "modified")

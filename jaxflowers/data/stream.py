@@ -13,6 +13,8 @@ import numpy as np
 
 from jaxflowers.data.feed import epoch_order, image_shape, read_rows, steps_per_epoch
 
+__all__ = ["PREFETCH_BATCHES", "StreamedData", "host_batches", "process_columns"]
+
 # Batches grain keeps ready on the host: enough to ride out a slow read (page faults of a
 # memory map on a cold disk) without holding much memory.
 PREFETCH_BATCHES = 8

@@ -17,6 +17,8 @@ from PIL import Image
 from jaxflowers.data.imageset import ImageSet
 from jaxflowers.data.imread import resize
 
+__all__ = ["TfdsImages", "tfds_source"]
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TfdsImages:

@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+__all__ = ["JoinError", "Watch", "check_in"]
+
 _EXIT_LOST = 1  # exit status of a process that stops because another was lost
 
 

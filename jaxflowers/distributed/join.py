@@ -6,6 +6,9 @@ from typing import Sequence
 
 from jaxflowers.distributed import checkin as roster
 
+__all__ = ["COORDINATOR_ENV", "DEFAULT_INIT_TIMEOUT", "DistributedError", "NUM_PROCESSES_ENV",
+           "PROCESS_ID_ENV", "initialize", "resolve"]
+
 # Environment variables `initialize` reads for a plain (non-Slurm/MPI/Kubernetes) launch.
 COORDINATOR_ENV = "JAXFLOWERS_COORDINATOR"  # HOST:PORT of process 0
 NUM_PROCESSES_ENV = "JAXFLOWERS_NUM_PROCESSES"

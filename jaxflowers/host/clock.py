@@ -1,6 +1,8 @@
 """Durations as MATLAB's progress views show them."""
 from __future__ import annotations
 
+__all__ = ["hms"]
+
 
 def hms(seconds: float) -> str:
     """``hh:mm:ss`` of a duration (whole seconds, rounded down; hours unbounded)."""

@@ -5,6 +5,7 @@ temporary file beside it, renamed over it.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -13,12 +14,14 @@ import secrets
 import tempfile
 from typing import Callable
 
+__all__ = ["sha256_file", "unwritable", "write_atomic", "write_json_atomic"]
+
 
 def write_atomic(path: str | os.PathLike, content: bytes | str | Callable) -> pathlib.Path:
     """Write ``content`` (bytes, text, or ``f(binary_file)``) to ``path`` atomically; the Path."""
     path = pathlib.Path(path)
     if path.is_dir():
-        raise IsADirectoryError(f"cannot write {path}: it is a folder")
+        raise IsADirectoryError(errno.EISDIR, "it is a folder", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:

@@ -11,6 +11,8 @@ import shutil
 import subprocess
 from typing import Sequence
 
+__all__ = ["cuda_order", "has_nvidia_driver", "physical_gpus", "text", "uuid_position"]
+
 _GPU_LINE = re.compile(r"^GPU (\d+):.*\(UUID: (\S+)\)")
 
 

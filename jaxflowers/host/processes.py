@@ -11,6 +11,8 @@ import subprocess
 import sys
 from typing import Mapping
 
+__all__ = ["PACKAGE_ROOT", "package_path", "start_module"]
+
 # The folder holding the ``jaxflowers`` package.
 PACKAGE_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 

@@ -10,6 +10,9 @@ import signal
 import sys
 import threading
 
+__all__ = ["EXIT_STATUS", "Interrupt", "SIGNALS", "Terminated", "catch", "exit_status", "raise_for",
+           "signal_words", "sigterm_raises"]
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}  # the shell's 128 + signal number
 

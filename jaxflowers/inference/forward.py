@@ -10,6 +10,8 @@ from jax import lax
 from jaxflowers.data.augment import normalize
 from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
 
+__all__ = ["ForwardPass"]
+
 
 def _logits(variables, images, stats, *, model, dtype, batch: int):
     """Per-device logits (m, C) float32 for (m, H, W, C) uint8 images, ``batch`` at a time."""

@@ -5,6 +5,8 @@ from typing import Sequence
 
 import numpy as np
 
+__all__ = ["Labels", "accuracy", "codes", "confusion_matrix", "log_softmax", "scores_to_labels"]
+
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """float64 log-probabilities of (n, C) logits, along the last axis, on the host."""

@@ -7,6 +7,8 @@ import numpy as np
 
 from jaxflowers.inference.labels import log_softmax
 
+__all__ = ["MAXIMISED", "score"]
+
 # Whether a larger value is better, per objective.
 MAXIMISED = {"loss": False, "accuracy": True, "fscore": True, "precision": True,
              "recall": True, "auc": True}

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["TrainedNet", "load"]
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainedNet:

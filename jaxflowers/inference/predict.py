@@ -9,6 +9,8 @@ from jaxflowers.inference.forward import ForwardPass
 from jaxflowers.inference.labels import Labels, log_softmax, scores_to_labels
 from jaxflowers.parallel.data_parallel import DataParallel, select_devices
 
+__all__ = ["classify", "predict"]
+
 
 def predict(net, data, *, mini_batch_size: int = 128, execution_environment: str = "auto",
             num_devices: int | None = None, strategy: str = "shard_map") -> np.ndarray:

@@ -11,6 +11,8 @@ from jaxflowers.models.layers import Conv, Dense
 from jaxflowers.models.maxpool import max_pool
 from jaxflowers.models.norm import BatchNorm
 
+__all__ = ["CifarNet", "cifar_net", "cifar_width"]
+
 
 def cifar_width(depth: int) -> int:
     """Filters of the first block: ``round(16 / sqrt(depth))`` (MATLAB rounds halves up)."""

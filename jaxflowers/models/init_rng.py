@@ -12,6 +12,8 @@ import numpy as np
 from jax import lax
 from jax.extend.random import define_prng_impl
 
+__all__ = ["IMPL", "key"]
+
 _U32 = jnp.uint32
 _GOLDEN = 0x9E3779B9  # odd, so counter * _GOLDEN visits every uint32 once
 _SPLIT, _FOLD = 0x5BD1E995, 0x1B873593  # domain tags: split and fold_in keys are not bits

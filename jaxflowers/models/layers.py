@@ -13,6 +13,8 @@ import numpy as np
 from flax import errors
 from flax.core import meta
 
+__all__ = ["Conv", "Dense", "param"]
+
 
 def param(module: nn.Module, name: str, init_fn: Callable, shape, dtype: Any = jnp.float32):
     """``module.param(name, init_fn, shape, dtype)`` without tracing ``init_fn`` on apply."""

@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+__all__ = ["max_pool"]
+
 
 def max_pool(x, window: tuple[int, int], strides: tuple[int, int] | None = None,
              padding: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0)), *,

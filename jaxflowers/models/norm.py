@@ -16,6 +16,8 @@ from jax import lax
 
 from jaxflowers.models.layers import param
 
+__all__ = ["BatchNorm", "F32", "batch_norm_train"]
+
 F32 = jnp.float32
 
 

@@ -12,6 +12,9 @@ from jaxflowers.models.maxpool import max_pool
 from jaxflowers.models.norm import BatchNorm
 from jaxflowers.models.stem import StemConv
 
+__all__ = ["BLOCKS", "BasicBlock", "BottleneckBlock", "ModuleDef", "ResNet", "VARIANTS", "resnet",
+           "resnet101", "resnet18", "resnet34", "resnet50"]
+
 ModuleDef = Any
 
 # He-normal as torchvision initialises ResNets (kaiming_normal_, fan_out, relu gain).

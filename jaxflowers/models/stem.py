@@ -14,6 +14,8 @@ from jax import lax
 
 from jaxflowers.models.layers import param
 
+__all__ = ["StemConv", "blocked_kernel", "space_to_depth"]
+
 _DIMS = ("NHWC", "HWIO", "NHWC")
 
 

@@ -9,6 +9,9 @@ from typing import NamedTuple
 
 from jaxflowers.options.validate import check_bool, check_choice, check_int
 
+__all__ = ["ExecutionOptions", "PARAMETER_LAYOUTS", "PLACEMENTS", "PRECISIONS", "Resolved",
+           "STRATEGIES"]
+
 STRATEGIES = ("shard_map", "pmap")
 PRECISIONS = ("auto", "float32", "bfloat16")
 PLACEMENTS = ("auto", "resident", "stream")

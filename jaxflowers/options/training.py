@@ -10,6 +10,10 @@ from jaxflowers import schedules
 from jaxflowers.data.augment import Augmentation
 from jaxflowers.options.validate import check_choice, check_float, check_int
 
+__all__ = ["BN_STATISTICS", "CHECKPOINT_FAILURES", "CHECKPOINT_UNITS", "DEFAULT_LEARN_RATE",
+           "DEFAULT_SQUARED_DECAY", "ENVIRONMENTS", "METRICS", "METRIC_NAMES", "OUTPUT_NETWORKS",
+           "PLOTS", "SHUFFLES", "SOLVERS", "THRESHOLD_METHODS", "TrainingOptions", "recipe_fields"]
+
 SOLVERS = ("sgdm", "rmsprop", "adam")
 SHUFFLES = ("once", "every-epoch", "never")
 ENVIRONMENTS = ("auto", "cpu", "gpu", "multi-gpu")
@@ -19,6 +23,9 @@ CHECKPOINT_FAILURES = ("warn", "stop")
 THRESHOLD_METHODS = ("l2norm", "global-l2norm", "absolute-value")
 OUTPUT_NETWORKS = ("auto", "last-iteration", "best-validation")
 METRICS = ("accuracy", "fscore", "precision", "recall", "auc")
+# How tables and figures title each metric.
+METRIC_NAMES = {"accuracy": "Accuracy", "fscore": "F-score", "precision": "Precision",
+                "recall": "Recall", "auc": "AUC"}
 BN_STATISTICS = ("population", "moving")
 # MATLAB's defaults per solver: InitialLearnRate, SquaredGradientDecayFactor.
 DEFAULT_LEARN_RATE = {"sgdm": 0.01, "rmsprop": 0.001, "adam": 0.001}

@@ -6,6 +6,9 @@ from __future__ import annotations
 import math
 import numbers
 
+__all__ = ["boolean", "check_bool", "check_choice", "check_float", "check_int", "choice", "integer",
+           "number"]
+
 
 def integer(value, name: str, *, minimum: int | None = None, maximum: int | None = None,
             optional: bool = False):

@@ -17,6 +17,8 @@ from jax.sharding import PartitionSpec as P
 from jaxflowers.compilation.options import compiler_options
 from jaxflowers.options.execution import STRATEGIES
 
+__all__ = ["AXIS", "DataParallel", "REPLICATED", "select_devices", "sharded"]
+
 AXIS = "data"
 REPLICATED = P()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.parallel.data_parallel import select_devices
 
+__all__ = ["scale_for_devices"]
+
 
 def scale_for_devices(options: TrainingOptions, num_devices: int | None = None, *,
                       verbose: bool | None = None) -> TrainingOptions:
@@ -21,7 +23,8 @@ def scale_for_devices(options: TrainingOptions, num_devices: int | None = None, 
         num_devices = len(select_devices(options.execution_environment))
     scaled = options.scaled(num_devices)
     if options.verbose if verbose is None else verbose:
-        print(f"scale_for_devices: {num_devices} device(s): mini_batch_size "
+        devices = f"{num_devices} device{'s' if num_devices > 1 else ''}"
+        print(f"scale_for_devices: {devices}: mini_batch_size "
               f"{options.mini_batch_size} -> {scaled.mini_batch_size}, initial_learn_rate "
               f"{options.learn_rate:g} -> {scaled.learn_rate:g}")
     return scaled

@@ -1,20 +1,32 @@
-"""How a figure reaches the user: the pyplot backend (Agg outside Jupyter), in-place figures.
+"""How a figure reaches the user: inline in Jupyter, a window that updates where pyplot has a
+display, else a PNG file rewritten as the run goes; ``pyplot`` and ``LiveFigure`` for the charts.
 
-The lowest plotting module: it imports nothing of jaxflowers and no matplotlib until needed.
+The lowest plotting module: it imports nothing of jaxflowers but ``host`` and no matplotlib
+until needed.
 """
 from __future__ import annotations
 
 import io
 import math
 import os
-import sys
+import pathlib
 import threading
 import time
+import warnings
+import weakref
 
 import numpy as np
 
+from jaxflowers.host.files import write_atomic
+from jaxflowers.host.terminal import in_jupyter
+
+__all__ = ["BLUE", "RED", "LiveFigure", "has_window", "in_jupyter", "pump_windows", "pyplot",
+           "shown", "windows_open"]
+
 # MATLAB's first two line colours: training accuracy (and correct cells), loss (and errors).
 BLUE, RED = np.array([0.0, 0.447, 0.741]), np.array([0.85, 0.325, 0.098])
+_FILE_BACKENDS = {"agg", "cairo", "pdf", "pgf", "ps", "svg", "template"}
+_WINDOWS: weakref.WeakSet = weakref.WeakSet()  # live figures shown in windows, for pump_windows
 
 
 def shown(text) -> str:
@@ -22,49 +34,66 @@ def shown(text) -> str:
     return str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def in_jupyter() -> bool:
-    """True inside a Jupyter (IPython kernel) session; never imports IPython itself."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return getattr(shell, "kernel", None) is not None
-
-
 def pyplot():
-    """matplotlib.pyplot, on Agg unless in Jupyter or the user has chosen a backend."""
-    import matplotlib
-
-    if ("matplotlib.pyplot" not in sys.modules and not in_jupyter()
-            and not os.environ.get("MPLBACKEND")):
-        matplotlib.use("Agg")
+    """matplotlib.pyplot on matplotlib's own choice of backend (``MPLBACKEND`` or the first
+    that works: a window toolkit with a display, else Agg)."""
     import matplotlib.pyplot as plt
 
     return plt
 
 
+def has_window() -> bool:
+    """Whether pyplot's backend opens windows (not Agg and the like, not Jupyter's inline)."""
+    if in_jupyter():
+        return False
+    backend = pyplot().get_backend().lower()
+    return backend not in _FILE_BACKENDS and "inline" not in backend
+
+
 class LiveFigure:
-    """A pyplot-free Figure that subclasses draw in ``_draw``; shown in place in Jupyter only."""
+    """A figure that subclasses draw in ``_draw``, shown as it changes: in place in Jupyter, in
+    a window that updates with a display, else rewritten to ``path`` (if given) at milestones.
 
-    def __init__(self, *, figsize, min_interval: float):
-        from matplotlib.figure import Figure
+    Redraws keep at least ``min_interval`` s apart and take at most a fifth of the caller's
+    time; a window is redrawn in the main thread only (``pump_windows`` catches up).
+    """
 
-        self.figure = Figure(figsize=figsize, layout="constrained")
+    def __init__(self, *, figsize, min_interval: float, path=None):
         self._lock = threading.RLock()  # updates may come from a pool's reader thread
         self.min_interval, self._jupyter = float(min_interval), in_jupyter()
+        self.path = None if path is None else pathlib.Path(os.fspath(path))
+        self.window = has_window()
+        if self.window:
+            self.figure = pyplot().figure(figsize=figsize, layout="constrained")
+            _WINDOWS.add(self)
+        else:
+            from matplotlib.figure import Figure  # outside pyplot: nothing left open
+
+            self.figure = Figure(figsize=figsize, layout="constrained")
         self._handle, self._last, self._cost, self._stale = None, -math.inf, 0.0, True
         self._draw_share = 0.2  # most of the caller's time a redraw may take, on average
+        self._file_failed, self._pending = False, False
         self.closed = False
-        self._changed(force=True)  # show it (empty) in the cell that created it
+        self._changed(force=True)  # show it (empty) where it was created
+        if not (self._jupyter or self.window):
+            self._cost = 0.0  # writing an empty figure says little of the next files' cost
 
     def _draw(self, fig) -> None:
         raise NotImplementedError
 
-    def _changed(self, *, force: bool = False) -> None:
-        """Note new data; in Jupyter redraw unless the last one is within the pause."""
+    def _changed(self, *, force: bool = False, milestone: bool = False) -> None:
+        """Note new data; show it unless the last redraw is within the pause (``force``: now).
+        A file is rewritten only when forced or at a ``milestone`` (a validation)."""
         with self._lock:
             self._stale = True
+            self._pending = self._pending or milestone  # a file waits for the next chance
+            if self.closed or not (self._jupyter or self.window or force or self._pending):
+                return
+            if self.window and threading.current_thread() is not threading.main_thread():
+                return  # GUI toolkits are single-threaded: pump_windows draws it
             # At least min_interval, and drawing takes at most _draw_share of the caller's time.
             pause = max(self.min_interval, self._cost * (1 / self._draw_share - 1))
-            if self._jupyter and (force or time.monotonic() - self._last >= pause):
+            if force or time.monotonic() - self._last >= pause:
                 self._show()
 
     def _redraw(self) -> None:
@@ -74,9 +103,25 @@ class LiveFigure:
             self._stale = False
 
     def _show(self) -> None:
+        start = time.monotonic()
+        if self._jupyter:
+            self._show_inline()
+        elif self.window:
+            self._redraw()
+            if self.figure.canvas.manager is not None and not self._handle:
+                self.figure.show()  # once; pyplot would block on plt.show()
+                self._handle = True
+            self.figure.canvas.draw_idle()
+            self.figure.canvas.flush_events()
+        elif self.path is not None:
+            self._write(self.path)
+        self._pending = False
+        self._last = time.monotonic()
+        self._cost = self._last - start
+
+    def _show_inline(self) -> None:
         from IPython.display import Image, display
 
-        start = time.monotonic()
         self._redraw()
         buffer = io.BytesIO()  # why a PNG: any notebook backend shows it, and never twice
         self.figure.savefig(buffer, format="png")
@@ -85,8 +130,29 @@ class LiveFigure:
             self._handle = display(image, display_id=True)
         else:
             self._handle.update(image)
-        self._last = time.monotonic()
-        self._cost = self._last - start
+
+    def _write(self, path: pathlib.Path, **savefig_kwargs) -> bool:
+        """Rewrite ``path`` whole (a viewer never reads half a file); False, warned once, if
+        it cannot be written: a figure never stops what it watches."""
+        try:
+            self._redraw()
+            kind = path.suffix.lstrip(".").lower() or "png"
+            write_atomic(path, lambda file: self.figure.savefig(file, format=kind,
+                                                                **savefig_kwargs))
+        except (OSError, ValueError) as error:
+            if not self._file_failed:
+                reason = getattr(error, "strerror", None) or error
+                warnings.warn(f"the figure could not be saved to {path}: {reason}",
+                              stacklevel=4)
+            self._file_failed = True
+            return False
+        return True
+
+    def refresh(self) -> None:
+        """Redraw now if new data came and the pause has passed (main thread, for windows)."""
+        with self._lock:
+            if self._stale and not self.closed and (self._jupyter or self.window):
+                self._changed()
 
     def save(self, path, **savefig_kwargs) -> None:
         """Draw the latest state and write it (PNG, PDF, ... by the file's extension)."""
@@ -95,8 +161,24 @@ class LiveFigure:
             self.figure.savefig(path, **savefig_kwargs)
 
     def close(self) -> None:
-        """Show the final state (Jupyter) and stop updating the display."""
+        """Show the final state and stop updating; a window stays open (``plt.show()``
+        keeps it on screen after the script's last line)."""
         with self._lock:
-            if self._jupyter and self._stale:
+            if self._stale and (self._jupyter or self.window) and (
+                    not self.window or threading.current_thread() is threading.main_thread()):
                 self._show()
             self._handle, self._jupyter, self.closed = None, False, True
+            _WINDOWS.discard(self)
+
+
+def windows_open() -> bool:
+    """Whether a live figure is showing in a window (a waiting caller should pump it)."""
+    return any(not figure.closed for figure in _WINDOWS)
+
+
+def pump_windows() -> None:
+    """Redraw the live windows that other threads changed; call from the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for figure in list(_WINDOWS):
+        figure.refresh()

@@ -27,13 +27,14 @@ def _normalize(counts: np.ndarray, mode: str) -> np.ndarray:
     return _percent(counts, counts.sum(axis=_DIVISOR[mode], keepdims=True))
 
 
-def _draw_cells(ax, values, diagonal, percent: bool, blank_zero: bool = True) -> None:
-    """Colour and label cells (blue correct, red not); zero cells blank if ``blank_zero``."""
+def _draw_cells(ax, values, diagonal, percent: bool, size: float,
+                blank_zero: bool = True) -> None:
+    """Colour and label cells (blue correct, red not) in ``size`` points; zero cells blank if
+    ``blank_zero``."""
     v = np.nan_to_num(values)
     scale = v / max(v.max(), 1e-12)
     rgb = 1.0 - scale[..., None] * (1.0 - np.where(diagonal[..., None], BLUE, RED))
     ax.imshow(rgb, aspect="auto", interpolation="nearest")
-    size = float(np.clip(12 - 0.4 * max(values.shape), 5, 10))
     for (i, j), value in np.ndenumerate(values):
         if np.isfinite(value) and (value != 0 or not blank_zero):
             text = f"{value:.1f}%" if percent else f"{value:g}"
@@ -99,14 +100,20 @@ def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-n
     normalization = _check_mode("normalization", normalization, _MODES[1:])
     rows = _check_mode("row_summary", row_summary, _MODES[:3] + _MODES[4:])
     cols = _check_mode("column_summary", column_summary, _MODES[:2] + _MODES[3:])
+    longest = max(map(len, labels), default=0)
     if ax is None:
-        cell = float(np.clip(8 / k, 0.3, 0.8))  # inches
-        size = (2.5 + cell * (k + 2.2 * bool(rows)), 2.5 + cell * (k + 2.2 * bool(cols)))
+        cell = float(np.clip(6 / k, 0.35, 0.9))  # inches: a few classes large, many small
+        room = 0.09 * min(longest, 30)  # for the class names beside and under the cells
+        size = (1.3 + room + cell * k + max(2.2 * cell, 1.45) * bool(rows),
+                1.5 + room * (longest > 4) + cell * (k + 2.2 * bool(cols)))
         ax = pyplot().figure(figsize=size, layout="tight").gca()
+    width, height = ax.get_position().size * ax.figure.get_size_inches()
+    cell = min((width - 1.45 * bool(rows)) / k, height / (k + 2.2 * bool(cols)))
+    font = float(np.clip(cell * 72 / 4.5, 6, 11))  # "100.0%" fits its cell
     values = _normalize(counts, normalization)
-    _draw_cells(ax, values, np.eye(k, dtype=bool), normalization != "absolute")
+    _draw_cells(ax, values, np.eye(k, dtype=bool), normalization != "absolute", font)
     ax.set(xticks=range(k), yticks=range(k), xlabel="Predicted Class", ylabel="True Class")
-    ax.set_xticklabels(labels, rotation=90 if max(map(len, labels), default=0) > 4 else 0)
+    ax.set_xticklabels(labels, rotation=90 if longest > 4 else 0)
     ax.set_yticklabels(labels)
     if title is None:
         total = int(counts.sum())
@@ -117,24 +124,30 @@ def confusion_chart(true_labels, pred_labels, class_names, *, row_summary="row-n
         from mpl_toolkits.axes_grid1 import make_axes_locatable
 
         divider = make_axes_locatable(ax)
-    row_vals = _summaries(divider, ax, counts, rows, axis=1) if rows else None
-    col_vals = _summaries(divider, ax, counts, cols, axis=0) if cols else None
+    row_vals = _summaries(divider, ax, counts, rows, axis=1, font=font) if rows else None
+    col_vals = _summaries(divider, ax, counts, cols, axis=0, font=font) if cols else None
     return ConfusionChart(ax.figure, ax, counts, values, row_vals, col_vals, names)
 
 
-def _summaries(divider, ax, counts, mode, axis: int):
+def _summaries(divider, ax, counts, mode, axis: int, font: float):
     """Draw [correct, incorrect] per true row (axis=1, right) or predicted column (0, below)."""
     correct = np.diag(counts)
     both = np.stack([correct, counts.sum(axis=axis) - correct], axis=axis)  # (K,2)|(2,K)
     whole = counts.sum() if mode == "total-normalized" else counts.sum(axis, keepdims=True)
     values = both.astype(np.float64) if mode == "absolute" else _percent(both, whole)
-    side, share, pad = ("right", "sharey", 0.15) if axis == 1 else ("bottom", "sharex", 0.75)
+    side, share, pad = ("right", "sharey", 0.15) if axis == 1 else ("bottom", "sharex", 0.72)
     if axis == 0:  # leave room for the predicted-class names and label under the cells
-        pad += 0.1 + 0.07 * max(len(t.get_text()) for t in ax.get_xticklabels())
-    extra = divider.append_axes(side, size=f"{200 / len(correct):.0f}%", pad=pad,
+        longest = max(len(t.get_text()) for t in ax.get_xticklabels())
+        pad += 0.075 * min(longest, 30) if longest > 4 else 0.0
+    share_of_cells = 200 / len(correct)  # two cells' width, room for "Correct Incorrect"
+    if axis == 1:
+        share_of_cells = max(share_of_cells, 100 * 1.3 / ax.get_position().width
+                             / ax.figure.get_size_inches()[0])
+    extra = divider.append_axes(side, size=f"{share_of_cells:.0f}%", pad=pad,
                                 **{share: ax})
     is_correct = np.stack([np.ones(len(correct)), np.zeros(len(correct))], axis=axis)
-    _draw_cells(extra, values, is_correct.astype(bool), mode != "absolute", blank_zero=False)
+    _draw_cells(extra, values, is_correct.astype(bool), mode != "absolute", font,
+                blank_zero=False)
     _header(extra, axis)
     return values
 

@@ -64,12 +64,15 @@ def speedup(results, *, ax=None, path=None):
     counts = sorted({r["devices"] for r in rows})
     systems = {}  # label -> that system's rows, by device count
     for r in rows:
-        systems.setdefault(f"{r['model']}, {r['strategy']} ({r['scaling']})", []).append(r)
+        systems.setdefault(_label(r), []).append(r)
     if len(counts) > 1:
         _throughput_lines(ips_ax, systems, counts)
-    else:
-        _throughput_bars(ips_ax, systems, counts)
-    _speedup_panel(gain_ax, systems, counts, ips_ax.lines)
+        _speedup_panel(gain_ax, systems, counts, ips_ax.lines)
+    else:  # no speedup to draw: how steady each timed window was instead
+        raw = {label: [r for r in _records(results) if _label(r) == label]
+               for label in systems}
+        _throughput_bars(ips_ax, systems, counts, raw)
+        _windows_panel(gain_ax, raw)
     for panel in ax:
         panel.grid(alpha=0.25)
         if panel.lines:
@@ -80,6 +83,10 @@ def speedup(results, *, ax=None, path=None):
     if path is not None:
         ips_ax.figure.savefig(path, dpi=120)
     return ips_ax.figure
+
+
+def _label(record) -> str:
+    return f"{record['model']}, {record['strategy']} ({record['scaling']})"
 
 
 def _throughput_lines(ax, systems: dict, counts: list[int]) -> None:
@@ -95,26 +102,54 @@ def _throughput_lines(ax, systems: dict, counts: list[int]) -> None:
     ax.set_ylim(0, 1.1 * ax.get_ylim()[1])
 
 
-def _throughput_bars(ax, systems: dict, counts: list[int]) -> None:
+def _throughput_bars(ax, systems: dict, counts: list[int], raw: dict) -> None:
+    """One bar per system (the median window) with each timed window as a dot."""
     labels = list(systems)
     values = [systems[label][0]["images_per_s"] for label in labels]
-    bars = ax.barh(labels, values, color=[f"C{i}" for i in range(len(labels))])
-    ax.bar_label(bars, [f"{v:,.0f}" for v in values], padding=3, fontsize="small")
-    ax.invert_yaxis()  # first system on top
-    ax.set_xlim(0, 1.2 * max(values, default=1))
-    ax.set(xlabel=f"Images/s on {counts[0] if counts else 0} device(s)", title="Throughput")
+    bars = ax.barh(labels, values, height=0.5, color=[f"C{i}" for i in range(len(labels))])
+    ax.bar_label(bars, [f"{v:,.0f}" for v in values], label_type="center", color="white",
+                 fontsize="small")  # inside: the dots may pass the bar's end
+    for y, label in enumerate(labels):
+        for record in raw[label]:
+            if record.get("windows_s") and record.get("global_batch"):
+                each = [record["window_steps"] * record["global_batch"] / w
+                        for w in record["windows_s"]]
+                ax.plot(each, [y] * len(each), "o", ms=4, mfc="white", mec="black",
+                        label="each timed window" if y == 0 else None)
+    ax.set_ylim(len(labels) - 0.4, -0.6)  # first system on top, bars not stretched
+    ax.set_xlim(0, 1.2 * max([v for v in values] + [x for line in ax.lines
+                                                    for x in line.get_xdata()], default=1))
+    count = counts[0] if counts else 0
+    ax.set(xlabel=f"Images/s on {count} device{'s' if count != 1 else ''} (bar: median window)",
+           title="Throughput")
+
+
+def _windows_panel(ax, systems: dict) -> None:
+    """Milliseconds per iteration in each timed window of each system (its bench records
+    with ``windows_s`` and ``window_steps``), and why there is no speedup."""
+    from matplotlib.ticker import MaxNLocator
+
+    for i, (label, records) in enumerate(systems.items()):
+        record = records[0] if records else {}
+        windows, steps = record.get("windows_s"), record.get("window_steps")
+        if windows and steps:
+            ms = [1e3 * w / steps for w in windows]
+            compile_s = record.get("compile_s")
+            more = f", compile {compile_s:.1f} s" if compile_s is not None else ""
+            ax.plot(range(1, len(ms) + 1), ms, "-o", ms=4, color=f"C{i}",
+                    label=f"{label}{more}")
+    ax.set(title="Time per iteration, window by window", xlabel="Timed window",
+           ylabel="ms per iteration")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if ax.lines:
+        ax.set_ylim(0, 1.25 * max(max(line.get_ydata()) for line in ax.lines))
+    ax.text(0.5, 0.03, "one device count: no speedup (bench --devices 1 2 ... draws it)",
+            ha="center", va="bottom", fontsize="small", color="0.35", transform=ax.transAxes)
 
 
 def _speedup_panel(ax, systems: dict, counts: list[int], styles) -> None:
-    """Each system's speedup and the ideal line; a note with fewer than two device counts."""
+    """Each system's speedup against the device count, and the ideal line."""
     ax.set_title("Speedup")
-    if len(counts) < 2:
-        ax.text(0.5, 0.5, f"Measured on {counts[0] if counts else 0} device(s) only:\n"
-                "a speedup needs two or more device counts\n"
-                "(python -m jaxflowers.bench --devices 1 2 ...)", ha="center", va="center",
-                fontsize="small", transform=ax.transAxes)
-        ax.set(xticks=[], yticks=[])
-        return
     from matplotlib.ticker import MaxNLocator
 
     for (label, group), style in zip(systems.items(), styles):

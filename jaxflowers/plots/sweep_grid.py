@@ -1,14 +1,16 @@
-"""The live sweep grid: one accuracy panel per job (MATLAB: the ``afterEach`` plots)."""
+"""The live sweep grid: accuracy over loss for each job (MATLAB: the ``afterEach`` plots)."""
 from __future__ import annotations
 
 import math
+import pathlib
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from jaxflowers.plots.backend import BLUE, LiveFigure
+from jaxflowers.plots.backend import BLUE, RED, LiveFigure
+from jaxflowers.plots.training_progress import epoch_spans, percent_axis, shade_epochs
 
 __all__ = ["SweepProgressPlot", "sweep_progress"]
 
@@ -16,9 +18,12 @@ __all__ = ["SweepProgressPlot", "sweep_progress"]
 @dataclass
 class _JobTrace:
     iteration: list = field(default_factory=list)
+    epoch: list = field(default_factory=list)
     accuracy: list = field(default_factory=list)
+    loss: list = field(default_factory=list)
     validation_iteration: list = field(default_factory=list)
     validation_accuracy: list = field(default_factory=list)
+    validation_loss: list = field(default_factory=list)
     state: str = "queued"
 
 
@@ -27,15 +32,19 @@ _STATE_COLORS = {"done": "tab:green", "failed": "tab:red", "cancelled": "tab:gra
 
 
 class SweepProgressPlot(LiveFigure):
-    """A live grid of one accuracy panel per sweep job; ignores messages after ``close``.
+    """A live grid with accuracy over loss for each sweep job; ignores messages after ``close``.
+
+    Shown inline in Jupyter, in a window that updates where pyplot has a display, else
+    rewritten to ``path`` (if given) at each validation and each job's end.
 
     Args:
-      num_jobs: >= 1. titles: one per job (default "Job 0", ...). ncols: panels per row.
-      min_interval: least seconds between two redraws.
+      num_jobs: >= 1. titles: one per job (default "Job 0", ...). ncols: jobs per row.
+      min_interval: least seconds between two redraws. path: the file to keep up to date.
+      title: the figure's title; None: "Training progress of N networks".
     """
 
     def __init__(self, num_jobs: int, *, titles=None, ncols: int = 2,
-                 min_interval: float = 0.5):
+                 min_interval: float = 0.5, path=None, title: str | None = None):
         if int(num_jobs) < 1:
             raise ValueError(f"SweepProgressPlot(num_jobs={num_jobs!r}) needs at least 1 job")
         self.num_jobs, self.ncols = int(num_jobs), max(1, min(int(ncols), int(num_jobs)))
@@ -44,14 +53,18 @@ class SweepProgressPlot(LiveFigure):
         if len(self.titles) != self.num_jobs:
             raise ValueError(f"SweepProgressPlot: {len(self.titles)} titles for "
                              f"{self.num_jobs} jobs")
+        self.title = (f"Training progress of {self.num_jobs} network"
+                      f"{'s' if self.num_jobs > 1 else ''}") if title is None else str(title)
         self.jobs = [_JobTrace() for _ in range(self.num_jobs)]
         self._warned = False
         rows = math.ceil(self.num_jobs / self.ncols)
-        super().__init__(figsize=(4.5 * self.ncols, 3.2 * rows), min_interval=min_interval)
+        super().__init__(figsize=(4.8 * self.ncols, 4.2 * rows + 0.6),
+                         min_interval=min_interval, path=path)
 
     def update(self, job_index: int, message: Mapping) -> None:
         """Record one progress message (``state``: start, iteration, validation, done, failed,
-        cancelled or pruned; ``iteration``, ``[validation_]accuracy`` %)."""
+        cancelled or pruned; ``iteration``, ``epoch``, ``[validation_]accuracy`` %,
+        ``[validation_]loss``)."""
         state = message.get("state", "iteration")
         with self._lock:
             if self.closed:  # the grid shows the jobs it was made for, as they ended
@@ -65,14 +78,24 @@ class SweepProgressPlot(LiveFigure):
             job = self.jobs[job_index]
             if state == "iteration" and "iteration" in message:
                 job.iteration.append(message["iteration"])
+                job.epoch.append(message.get("epoch", 0))
                 job.accuracy.append(message.get("accuracy", np.nan))
+                job.loss.append(message.get("loss", np.nan))
             val = message.get("validation_accuracy")
-            if "iteration" in message and val is not None and np.isfinite(val):
+            validated = "iteration" in message and val is not None and np.isfinite(val)
+            if validated:
                 job.validation_iteration.append(message["iteration"])
                 job.validation_accuracy.append(val)
+                job.validation_loss.append(message.get("validation_loss", np.nan))
             # "start", "iteration" and "validation" all mean the job is running.
             job.state = state if state in _STATE_COLORS else "running"
-        self._changed(force=state in _STATE_COLORS)  # always show a job's end at once
+        self._changed(force=state in _STATE_COLORS, milestone=validated)  # a job's end: now
+
+    def close(self) -> pathlib.Path | None:
+        """Show the final state, write ``path`` (if given); the file written or None."""
+        with self._lock:
+            super().close()
+            return self.path if self.path is not None and self._write(self.path) else None
 
     def reuse(self, job_index: int, title: str) -> None:
         """Clear panel ``job_index`` and name it ``title``: a panel shows one job, then the
@@ -88,29 +111,48 @@ class SweepProgressPlot(LiveFigure):
         from matplotlib.lines import Line2D
 
         rows = math.ceil(self.num_jobs / self.ncols)
-        axes = fig.subplots(rows, self.ncols, squeeze=False).ravel()
-        for ax, title, job in zip(axes, self.titles, self.jobs):
-            ax.plot(job.iteration, job.accuracy, lw=1, color=BLUE, label="Training")
-            if job.validation_iteration:
-                ax.plot(job.validation_iteration, job.validation_accuracy, "--o", ms=3, lw=1,
-                        color="black", label="Validation")
-            ax.set(ylim=(0, 100), xlabel="Iteration", ylabel="Accuracy (%)")
-            ax.set_title(f"{title}: {job.state}", color=_STATE_COLORS.get(job.state, "black"))
-            ax.grid(alpha=0.25)
-        axes[0].legend(handles=[Line2D([], [], lw=1, color=BLUE, label="Training"),
-                                Line2D([], [], ls="--", marker="o", ms=3, lw=1, color="black",
-                                       label="Validation")],
-                       loc="lower right", fontsize="x-small")
-        for ax in axes[self.num_jobs:]:
-            ax.set_axis_off()
+        cells = np.asarray(fig.subfigures(rows, self.ncols, squeeze=False)).ravel()
+        for cell, title, job in zip(cells, self.titles, self.jobs):
+            _draw_job(cell, title, job)
+        fig.suptitle(self.title, fontsize="medium")
+        handles = [Line2D([], [], lw=1.2, color=BLUE, label="Training accuracy"),
+                   Line2D([], [], lw=1.2, color=RED, label="Training loss"),
+                   Line2D([], [], ls="--", marker="o", ms=3, lw=1, color="black",
+                          label="Validation")]
+        fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize="small",
+                   frameon=False)
 
 
-def sweep_progress(pool, *, titles=None, num_jobs: int | None = None, ncols: int = 2):
+def _draw_job(cell, title: str, job: _JobTrace) -> None:
+    """One job's accuracy (top) and loss (bottom), epochs shaded, its state in the title."""
+    acc, loss = cell.subplots(2, 1, sharex=True)
+    acc.plot(job.iteration, job.accuracy, lw=1, color=BLUE)
+    loss.plot(job.iteration, job.loss, lw=1, color=RED)
+    for ax, values in ((acc, job.validation_accuracy), (loss, job.validation_loss)):
+        if job.validation_iteration:
+            ax.plot(job.validation_iteration, values, "--o", ms=3, lw=1, color="black")
+        ax.grid(alpha=0.25)
+    percent_axis(acc)
+    acc.set_ylabel("Accuracy (%)")
+    loss.set(xlabel="Iteration", ylabel="Loss")
+    from matplotlib.ticker import MaxNLocator
+
+    loss.xaxis.set_major_locator(MaxNLocator(integer=True))
+    shade_epochs((acc, loss), epoch_spans({"iteration": job.iteration, "epoch": job.epoch}))
+    cell.suptitle(f"{title}: {job.state}", color=_STATE_COLORS.get(job.state, "black"),
+                  fontsize="medium")
+
+
+def sweep_progress(pool, *, titles=None, num_jobs: int | None = None, ncols: int = 2,
+                   path=None, title: str | None = None) -> SweepProgressPlot:
     """A ``SweepProgressPlot`` fed by ``pool.after_each`` (MATLAB: ``afterEach`` + plots).
 
     Args:
       pool: has ``after_each(callback)`` and ``num_jobs`` or ``futures`` (else pass ``num_jobs``).
-      titles, ncols: as ``SweepProgressPlot``.
+      titles, ncols, path, title: as ``SweepProgressPlot``.
+
+    Returns:
+      The plot; ``close()`` it when the jobs are done.
     """
     if num_jobs is None:
         num_jobs = getattr(pool, "num_jobs", None)
@@ -119,6 +161,6 @@ def sweep_progress(pool, *, titles=None, num_jobs: int | None = None, ncols: int
     if num_jobs is None:
         raise ValueError("sweep_progress: pass num_jobs=, the pool has neither num_jobs nor "
                          "futures")
-    plot = SweepProgressPlot(num_jobs, titles=titles, ncols=ncols)
+    plot = SweepProgressPlot(num_jobs, titles=titles, ncols=ncols, path=path, title=title)
     pool.after_each(lambda job_index, message: plot.update(job_index, message))
     return plot

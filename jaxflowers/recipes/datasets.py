@@ -11,6 +11,9 @@ import functools
 import os
 from typing import Any, Mapping
 
+__all__ = ["DATASETS", "DataUnavailableError", "data_plan", "describe_plan", "is_plan", "load_data",
+           "load_plan", "prepare_plan"]
+
 DATASETS = ("digits", "flowers", "cifar10")  # names; anything else is a folder, URL or tfds:
 
 

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:
     from jaxflowers.options.training import TrainingOptions
 
+__all__ = ["EXAMPLE_AUGMENTATION", "RECIPES", "Recipe", "augmentation", "digits_options",
+           "flowers_options", "flowers_tuned_options", "recipe", "recipe_for", "sweep_options"]
+
 # Each MATLAB example's imageDataAugmenter, as ``Augmentation`` fields.
 EXAMPLE_AUGMENTATION = {
     "flowers": {"reflect_x": True, "translate_x": (-30, 30), "translate_y": (-30, 30)},
@@ -121,6 +124,7 @@ class Recipe:
       per_device_batch: the batch is per device and scales with the devices.
       train_fraction: each label's share of the training set; the rest validates.
       needs_weights: the recipe fine-tunes a pretrained network (``--weights``).
+      scaling: how the batch and the learning rate follow the devices, in words.
     """
 
     name: str
@@ -131,6 +135,7 @@ class Recipe:
     per_device_batch: bool = False
     train_fraction: float = 0.9
     needs_weights: bool = False
+    scaling: str = "mini-batch and learning rate the same on any number of devices"
 
     def options(self, device_count: int, num_train: int, *, batch_size: int | None = None,
                 **overrides) -> TrainingOptions:
@@ -148,9 +153,12 @@ class Recipe:
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("flowers", "MATLAB's multi-GPU example, verbatim: ResNet-50 on Flowers, Adam at "
            "1e-2 x batch/64, 128 images per GPU, 80 epochs", "flowers", "resnet50",
-           flowers_options, per_device_batch=True),
+           flowers_options, per_device_batch=True,
+           scaling="128 images per device, learning rate 1e-2 x mini-batch / 64: the "
+                   "example's rule"),
     Recipe("flowers-tuned", "the multi-GPU example with Adam at 1e-3 x GPUs, validated "
-           "every epoch", "flowers", "resnet50", flowers_tuned_options, per_device_batch=True),
+           "every epoch", "flowers", "resnet50", flowers_tuned_options, per_device_batch=True,
+           scaling="128 images per device, learning rate 1e-3 x devices (Goyal et al. 2017)"),
     Recipe("sweep", "MATLAB's parfeval example, verbatim: cifar_net on CIFAR-10, SGDM at "
            "0.05, 30 epochs", "cifar10", "cifar_net",
            lambda device_count, num_train, **kw: sweep_options(num_train, **kw)),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+__all__ = ["IMAGE_SIZE", "MODELS", "build_model", "model_spec"]
+
 # The image size (height, width) each network is trained at by the recipes.
 IMAGE_SIZE = {"cifar_net": (32, 32), "resnet18": (224, 224), "resnet34": (224, 224),
               "resnet50": (224, 224), "resnet101": (224, 224)}

@@ -8,6 +8,8 @@ import json
 import pathlib
 import zipfile
 
+__all__ = ["read_v1"]
+
 _TAG, _TUPLE, _ARRAY = "__jaxflowers_tag__", "__jaxflowers_tuple__", "__jaxflowers_array__"
 
 

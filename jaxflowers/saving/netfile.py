@@ -14,6 +14,8 @@ import numpy as np
 
 from jaxflowers.host.files import write_atomic
 
+__all__ = ["FORMAT", "VERSION", "read", "write"]
+
 FORMAT = "jaxflowers.TrainedNet"
 VERSION = 2
 _KEY = "jaxflowers"  # the header entry holding the description

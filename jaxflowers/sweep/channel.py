@@ -8,6 +8,8 @@ import os
 import threading
 from typing import Any, Mapping
 
+__all__ = ["ENV_FD", "connect", "encode_message", "report"]
+
 ENV_FD = "JAXFLOWERS_SWEEP_REPORT_FD"
 # The one pipe of this worker process; set by ``connect`` in the worker, None elsewhere.
 _channel: dict[str, Any] = {"fd": None, "lock": threading.Lock()}

@@ -9,6 +9,8 @@ import queue
 import threading
 from typing import Any, Callable
 
+__all__ = ["EventDispatcher"]
+
 _log = logging.getLogger(__name__)
 
 

@@ -4,11 +4,15 @@ A ``JobFuture`` stays pending while its job runs, so ``cancel()`` can kill a run
 """
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from concurrent.futures import CancelledError, Future, wait
 from typing import Any, Callable, Iterable
 
 from jaxflowers.sweep import transfer
+
+__all__ = ["JobError", "JobFuture", "JobTimeoutError", "fetch_outputs", "wait_jobs"]
 
 
 class JobError(RuntimeError):
@@ -76,6 +80,25 @@ class JobFuture(Future):
         return f"<JobFuture job {self.job_index} {state}>"
 
 
+def wait_jobs(futures, timeout: float | None = None):
+    """``concurrent.futures.wait`` that keeps live figure windows drawn meanwhile (their
+    toolkit runs in this thread; the pool's messages arrive in another).
+
+    Returns:
+      ``(done, not_done)``, sets of futures, as ``concurrent.futures.wait``.
+    """
+    backend = sys.modules.get("jaxflowers.plots.backend")  # not imported: no window is open
+    if backend is None or not backend.windows_open():
+        return wait(futures, timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        done, not_done = wait(futures, 0.2 if left is None else min(0.2, left))
+        backend.pump_windows()
+        if not not_done or left == 0.0:
+            return done, not_done
+
+
 def fetch_outputs(futures: Iterable[Future], *, unpack: bool = True,
                   timeout: float | None = None) -> list | tuple[list, ...]:
     """Wait for every job and return their outputs in order (MATLAB: ``fetchOutputs(F)``).
@@ -92,7 +115,7 @@ def fetch_outputs(futures: Iterable[Future], *, unpack: bool = True,
       TimeoutError: jobs are still running after ``timeout`` seconds.
     """
     futures = list(futures)
-    _, not_done = wait(futures, timeout)
+    _, not_done = wait_jobs(futures, timeout)
     if not_done:
         raise TimeoutError(f"{len(not_done)} of {len(futures)} jobs still running "
                            f"after {timeout} s")

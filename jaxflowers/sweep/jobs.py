@@ -10,6 +10,8 @@ from typing import Any, Mapping
 from jaxflowers import recipes  # imports no JAX
 from jaxflowers.sweep.channel import report
 
+__all__ = ["job_options", "train_job"]
+
 
 def train_job(*, data, model, options, execution=None, seed: int | None = None):
     """Train one network, reporting its ``output_fn`` messages (MATLAB: ``trainnet`` in parfeval).

@@ -25,6 +25,8 @@ from jaxflowers.sweep.events import EventDispatcher
 from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError
 from jaxflowers.sweep.slots import Slot, make_slots
 
+__all__ = ["DevicePool", "MESSAGE_STATES"]
+
 # The "state" of the messages train_job sends (train's output_fn) and the pool adds.
 MESSAGE_STATES = ("start", "iteration", "validation", "done", "failed", "cancelled")
 # jobs_per_device="auto": at most this many jobs on a GPU; each job's need is its measured

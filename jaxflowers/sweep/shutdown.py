@@ -11,6 +11,8 @@ import signal
 import threading
 import weakref
 
+__all__ = ["register", "terminate_all", "unregister"]
+
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Open pools of this process and the handlers we replaced. Process-wide by nature: signal
 # handlers and atexit are process-wide too.

@@ -12,6 +12,8 @@ from typing import Mapping, Sequence
 
 from jaxflowers.host import gpus
 
+__all__ = ["Slot", "default_cpu_slots", "make_slots", "slot_environment", "visible_gpus"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Slot:

@@ -18,6 +18,10 @@ import numpy as np
 
 from jaxflowers.host.files import write_atomic
 
+__all__ = ["TRAVELLING", "decode_tree", "encode_tree", "job_reference", "read_arguments",
+           "read_result_bytes", "read_result_files", "rebuild", "resolve_job", "write_arguments",
+           "write_result"]
+
 _ARRAY, _TUPLE, _OBJECT = "__array__", "__tuple__", "__object__"
 # The classes that travel, by name, and the module each lives in.
 TRAVELLING = {"TrainedNet": "jaxflowers.inference.net", "TrainingInfo": "jaxflowers.training.info",

@@ -23,6 +23,10 @@ from jaxflowers.data.feed import image_shape, read_rows
 from jaxflowers.options.training import TrainingOptions, recipe_fields
 from jaxflowers.training.history import History
 
+__all__ = ["CheckpointError", "CheckpointSaveError", "Checkpointer", "FORMAT", "ITEMS", "LOCK",
+           "PREFIX", "checkpoint_steps", "data_digest", "data_record", "hex_digests",
+           "model_record", "quiet_orbax", "recipe", "record", "tree_digests"]
+
 FORMAT = 3  # 3: iteration_<N> folders, the network's spec, digests of the state and data
 PREFIX = "iteration"  # orbax's step prefix: checkpoints are iteration_<N>
 LOCK = ".jaxflowers-lock"

@@ -17,6 +17,8 @@ from jaxflowers.options.training import TrainingOptions
 from jaxflowers.training.history import History
 from jaxflowers.training.stop import StopReason
 
+__all__ = ["EarlyStopping", "Objective", "Output", "keeps_networks", "returned_network"]
+
 
 class Objective:
     """The best validation by one metric, and the validations since it (a tie is no better).

@@ -8,6 +8,8 @@ import numpy as np
 from jaxflowers.data.feed import ResidentData, channel_stats, stats_from_moments
 from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
 
+__all__ = ["place", "runner"]
+
 
 def place(parallel: DataParallel, feed, start: int, normalization=None):
     """(placed arrays or the batch iterator, placed channel statistics, their host copy);

@@ -7,6 +7,8 @@ import numpy as np
 
 from jaxflowers.training.info import TrainingInfo
 
+__all__ = ["History"]
+
 _ITERATION_FIELDS = ("loss", "accuracy", "learn_rate")
 _VALIDATION_FIELDS = ("iteration", "loss", "accuracy")
 
@@ -14,10 +16,11 @@ _VALIDATION_FIELDS = ("iteration", "loss", "accuracy")
 class History:
     """Mini-batch metrics of every iteration run and the validations, in MATLAB's units.
 
-    ``metrics`` names the validation metrics recorded besides loss and accuracy."""
+    ``metrics`` names the validation metrics recorded besides loss and accuracy;
+    ``max_epochs``, the epochs planned, is not stored (a resumed run may change it)."""
 
-    def __init__(self, steps_per_epoch: int, metrics=()):
-        self.steps_per_epoch = steps_per_epoch
+    def __init__(self, steps_per_epoch: int, metrics=(), max_epochs: int | None = None):
+        self.steps_per_epoch, self.max_epochs = steps_per_epoch, max_epochs
         self.metrics = tuple(m for m in metrics if m != "accuracy")
         self.rows: dict[str, list[float]] = {k: [] for k in _ITERATION_FIELDS}
         self.validations: dict[str, list] = {k: [] for k in (*_VALIDATION_FIELDS,
@@ -73,7 +76,8 @@ class History:
             validation_accuracy=np.asarray(self.validations["accuracy"], dtype=np.float64),
             validation_metrics={k: np.asarray(self.validations[k], dtype=np.float64)
                                 for k in self.metrics},
-            **fields)
+            **{"max_epochs": self.max_epochs, "iterations_per_epoch": self.steps_per_epoch,
+               **fields})
 
     def to_json(self) -> dict:
         """The record as JSON-able lists (what a checkpoint stores)."""

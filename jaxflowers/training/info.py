@@ -9,6 +9,8 @@ import numpy as np
 
 from jaxflowers.training.stop import StopReason
 
+__all__ = ["COLUMNS", "TrainingInfo"]
+
 # The columns of ``TrainingInfo.to_csv`` / ``to_dataframe``, one row per iteration.
 COLUMNS = ("iteration", "epoch", "loss", "accuracy", "learn_rate", "validation_loss",
            "validation_accuracy")
@@ -53,6 +55,8 @@ class TrainingInfo:
     # "met validation criterion", "training loss is NaN at iteration 12"
     stopped_by: StopReason = StopReason.MAX_EPOCHS  # the same as a StopReason
     checkpoint: str | None = None  # folder of the newest checkpoint written, if any
+    max_epochs: int | None = None  # the epochs planned (MaxEpochs); None: not known
+    iterations_per_epoch: int | None = None  # complete mini-batches per epoch
 
     def __post_init__(self):
         self.stopped_by = StopReason(self.stopped_by)  # its value, from a JSON record

@@ -8,6 +8,8 @@ import numpy as np
 
 from jaxflowers.data.feed import image_shape
 
+__all__ = ["check_training", "model_outputs"]
+
 _MODELS = "jaxflowers.models."
 
 

@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+__all__ = ["FlatParams", "Layout", "flat_layout"]
+
 
 @dataclasses.dataclass(frozen=True)
 class FlatParams:

@@ -23,6 +23,8 @@ from jaxflowers.training.early_stopping import EarlyStopping
 from jaxflowers.training.progress import Progress
 from jaxflowers.training.stop import StopReason, divergence_words
 
+__all__ = ["Schedule", "TrainingLoop"]
+
 _OUTPUT_FN, _SIGINT, _SIGTERM = 1, 2, 4  # stop flags, OR-ed over the processes
 
 

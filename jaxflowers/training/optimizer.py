@@ -12,6 +12,8 @@ from jaxflowers.options.training import TrainingOptions
 from jaxflowers.training.layout import FlatParams
 from jaxflowers.training.learn_rates import scale_updates
 
+__all__ = ["learn_rate_schedule", "make_optimizer"]
+
 
 def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int) -> optax.Schedule:
     """The learning rate as an optax schedule of the 0-based iteration."""

@@ -20,6 +20,9 @@ from jaxflowers.models.norm import BatchNorm
 from jaxflowers.parallel.data_parallel import AXIS
 from jaxflowers.training.learn_rates import frozen_layers, keep_frozen_stats
 
+__all__ = ["batch_moments", "compile_pass", "moments_to_statistics", "pass_moments",
+           "population_statistics", "resident_pass", "with_population"]
+
 _NORMS = (BatchNorm, nn.BatchNorm)
 _COLLECTION = "population_moments"
 

@@ -33,6 +33,8 @@ from jaxflowers.training.step import (
     train_streamed,
 )
 
+__all__ = ["Ready", "TrainProgram"]
+
 
 @dataclasses.dataclass
 class Ready:

@@ -1,14 +1,17 @@
 """``Progress``: records the trainer's results in a ``History`` and hands them to the table,
-``output_fn`` and the sinks (plot, TensorBoard). No JAX."""
+the bar, ``output_fn`` and the sinks (plot, TensorBoard). No JAX."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from jaxflowers.training.bar import TrainingBar
 from jaxflowers.training.history import History
 from jaxflowers.training.info import TrainingInfo
 from jaxflowers.training.table import VerboseTable
+
+__all__ = ["Progress"]
 
 
 class Progress:
@@ -19,8 +22,9 @@ class Progress:
     """
 
     def __init__(self, history: History, *, table: VerboseTable | None = None,
+                 bar: TrainingBar | None = None,
                  output_fn: Callable[[dict], Any] | None = None, sinks: Sequence = ()):
-        self.history, self.table, self.output_fn = history, table, output_fn
+        self.history, self.table, self.bar, self.output_fn = history, table, bar, output_fn
         self.sinks = list(sinks)
         self.stop_requested = False
 
@@ -55,6 +59,8 @@ class Progress:
         """Print the table rows due; update the sinks with ``info()`` (the record so far)."""
         if self.table is not None:
             self.table.rows()
+        if self.bar is not None:
+            self.bar.update()
         if self.sinks:
             current = info() if info is not None else self.history.info()
             for sink in self.sinks:
@@ -63,6 +69,8 @@ class Progress:
     def close(self, **fields) -> TrainingInfo:
         """Close the table, the sinks and ``output_fn``'s stream; the final ``TrainingInfo``."""
         info = self.history.info(**fields)
+        if self.bar is not None:
+            self.bar.close()
         if self.table is not None:
             self.table.rows(final=True)
             self.table.footer(info.stop_reason)

@@ -16,6 +16,8 @@ from jaxflowers.training import checkpoint as ck
 from jaxflowers.training.checkpoint import CheckpointError
 from jaxflowers.training.history import History
 
+__all__ = ["Restored", "restore"]
+
 
 @dataclasses.dataclass
 class Restored:

@@ -19,6 +19,7 @@ from jaxflowers.options.training import TrainingOptions
 from jaxflowers.parallel.data_parallel import DataParallel, select_devices
 from jaxflowers.training import checkpoint as checkpoint_lib
 from jaxflowers.training import resume as resume_lib
+from jaxflowers.training.bar import TrainingBar
 from jaxflowers.training.early_stopping import EarlyStopping, keeps_networks, returned_network
 from jaxflowers.training.history import History
 from jaxflowers.training.info import TrainingInfo
@@ -60,6 +61,9 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     model, start = ((model.model, model) if isinstance(model, (Pretrained, TrainedNet))
                     else (model, None))
     check_training(data, model, options)
+    if options.log_dir is not None:  # an optional package, asked for before any work
+        from jaxflowers.training.tensorboard import summary_writer
+        summary_writer(options.log_dir)
     execution = _execution(execution)
     parallel = DataParallel(select_devices(options.execution_environment, execution.num_devices),
                             execution.strategy)
@@ -92,6 +96,7 @@ class _Run:
         self.start = restored.iteration if restored else 0
         steps = program.feed.steps_per_epoch
         self.history = restored.history if restored else History(steps, options.metrics)
+        self.history.max_epochs = options.max_epochs
         self.total = steps * options.max_epochs
 
     def execute(self) -> tuple[TrainedNet, TrainingInfo]:
@@ -172,10 +177,14 @@ class _Run:
     def _progress(self) -> Progress:
         """The table, sinks and ``output_fn`` on process 0; other processes only record."""
         main = self.parallel.is_main_process
-        table = (VerboseTable(self.history, self.options.verbose_frequency)
-                 if self.options.verbose and main else None)
-        return Progress(self.history, table=table, sinks=self._sinks() if main else (),
-                        output_fn=self.options.output_fn if main else None)
+        if not (self.options.verbose and main):
+            return Progress(self.history, sinks=self._sinks() if main else (),
+                            output_fn=self.options.output_fn if main else None)
+        bar = TrainingBar(self.history, self.total)
+        table = VerboseTable(self.history, self.options.verbose_frequency,  # above the bar
+                             writing=bar.writing if bar.shown else None)
+        return Progress(self.history, table=table, bar=bar, sinks=self._sinks(),
+                        output_fn=self.options.output_fn)
 
     def _sinks(self) -> list:
         """What follows the run besides the table: the training-progress view, TensorBoard."""
@@ -186,7 +195,7 @@ class _Run:
             sinks.append(TrainingProgressPlot(
                 path=opts.plots_path, max_epochs=opts.max_epochs,
                 iterations_per_epoch=self.program.feed.steps_per_epoch,
-                hardware=f"{self.parallel.num_devices} x {kinds}",
+                hardware=f"{self.parallel.num_devices} x {kinds}", metrics=opts.metrics,
                 validation_frequency=(opts.validation_frequency
                                       if opts.validation_data is not None else None)))
         if opts.log_dir is not None:

@@ -24,6 +24,9 @@ from jaxflowers.parallel.data_parallel import AXIS
 from jaxflowers.training import learn_rates
 from jaxflowers.training.layout import FlatParams
 
+__all__ = ["SEED", "StepConfig", "TrainState", "init_program", "init_state", "init_variables",
+           "sample_keys", "train_block", "train_step", "train_streamed"]
+
 
 @flax.struct.dataclass
 class TrainState:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import enum
 import math
 
+__all__ = ["StopReason", "divergence_words"]
+
 
 class StopReason(enum.Enum):
     """The kinds of end of a training run; the value is MATLAB's wording where it has one."""

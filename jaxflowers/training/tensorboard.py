@@ -7,11 +7,24 @@ import pathlib
 
 import numpy as np
 
+__all__ = ["TRAINING_TAGS", "VALIDATION_TAGS", "TensorBoardLog", "summary_writer"]
+
 # Tag of each TrainingInfo field; the part before "/" is TensorBoard's section.
 TRAINING_TAGS = {"loss": "training/loss", "accuracy": "training/accuracy",
                  "learn_rate": "training/learn_rate"}
 VALIDATION_TAGS = {"validation_loss": "validation/loss",
                    "validation_accuracy": "validation/accuracy"}
+
+
+def summary_writer(log_dir):
+    """tensorboardX's ``SummaryWriter`` class, or ImportError saying what to install; ``train``
+    asks before it compiles, so a missing package costs nothing."""
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError as error:
+        raise ImportError(f"TrainingOptions(log_dir={os.fspath(log_dir)!r}) needs "
+                          "tensorboardX: pip install \"jaxflowers[tensorboard]\"") from error
+    return SummaryWriter
 
 
 class TensorBoardLog:
@@ -22,11 +35,7 @@ class TensorBoardLog:
     """
 
     def __init__(self, log_dir, *, flush_secs: int = 10):
-        try:
-            from tensorboardX import SummaryWriter
-        except ImportError as error:
-            raise ImportError(f"TrainingOptions(log_dir={os.fspath(log_dir)!r}) needs "
-                              "tensorboardX: pip install \"jaxflowers[tensorboard]\"") from error
+        SummaryWriter = summary_writer(log_dir)
         self.log_dir = pathlib.Path(os.fspath(log_dir))
         self._writer = SummaryWriter(logdir=str(self.log_dir), flush_secs=flush_secs)
         self._iterations = self._validations = 0  # how many of each are written

@@ -7,6 +7,8 @@ import pathlib
 import threading
 from typing import Any, Callable, Protocol, Sequence
 
+__all__ = ["Backend", "Job", "JobEvents"]
+
 
 @dataclasses.dataclass(eq=False)
 class Job:

@@ -14,6 +14,8 @@ from jaxflowers.sweep import slots as devices
 from jaxflowers.sweep.backends.base import Job, JobEvents
 from jaxflowers.sweep.backends.process import WorkerProcess, outcome, to_result, write_spec
 
+__all__ = ["LocalBackend"]
+
 
 class LocalBackend:
     """Runs a ``DevicePool``'s jobs as subprocesses (see ``DevicePool(backend="local")``)."""

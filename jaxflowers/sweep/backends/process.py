@@ -17,6 +17,8 @@ from jaxflowers.sweep import transfer
 from jaxflowers.sweep.channel import ENV_FD
 from jaxflowers.sweep.futures import JobError
 
+__all__ = ["WorkerProcess", "log_tail", "outcome", "to_result", "write_spec"]
+
 _log = logging.getLogger(__name__)
 
 

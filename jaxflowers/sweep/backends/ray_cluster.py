@@ -28,6 +28,8 @@ from jaxflowers.sweep.backends.base import Job, JobEvents
 from jaxflowers.sweep.backends.process import WorkerProcess, outcome, to_result, write_spec
 from jaxflowers.sweep.futures import JobError
 
+__all__ = ["RayBackend", "join"]
+
 
 def _import_ray():
     try:

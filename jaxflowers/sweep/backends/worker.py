@@ -14,6 +14,8 @@ import sys
 import threading
 import traceback
 
+__all__ = ["main", "run"]
+
 
 def _watch_parent() -> None:
     """Kill this worker's process group (the job and its children) on EOF on stdin."""

@@ -6,6 +6,8 @@ import os
 
 from jaxflowers import recipes
 
+__all__ = ["HOLD_OUT", "IMAGE_SIZE", "VALIDATION", "example_plan"]
+
 IMAGE_SIZE = recipes.IMAGE_SIZE["cifar_net"]  # as in the MATLAB example
 HOLD_OUT = (0.8, 0.1)  # one set: train / validation shares, the rest tests
 VALIDATION = 0.1  # train/ and test/: the training classes' share that validates

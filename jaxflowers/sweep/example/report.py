@@ -10,7 +10,12 @@ from typing import Any, Mapping, Sequence, TextIO
 
 from jaxflowers.host.files import write_json_atomic
 
-_ROW = "{:>4} {:>6} {:>6} {:>10} {:>11} {:>11}"
+__all__ = ["JobOutcome", "ProgressTable", "print_outcomes", "save_figure", "summary",
+           "write_metrics", "write_results"]
+
+# Job, depth, epoch, iteration, accuracies, seconds since the start, then free text (what
+# happened to the job), so a start, an end or an error never shifts the columns.
+_ROW = "{:>4} {:>6} {:>6} {:>10} {:>11} {:>11} {:>9}  {}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,8 +40,8 @@ class JobOutcome:
 
 
 class ProgressTable:
-    """An ``after_each`` callback printing a row per validation and a line per job start and end;
-    ``began``/``ended`` hold those times (s since ``start``) by job index."""
+    """An ``after_each`` callback printing a row per validation and per job start and end, in
+    the same columns; ``began``/``ended`` hold those times (s since ``start``) by job index."""
 
     def __init__(self, depths: Sequence[int], stream: TextIO, start: float | None = None):
         self.depths, self.stream = tuple(depths), stream
@@ -45,22 +50,27 @@ class ProgressTable:
         self.ended: dict[int, float] = {}
 
     def header(self) -> None:
-        self._print(_ROW.format("Job", "Depth", "Epoch", "Iteration", "Mini-batch", "Validation"))
+        self._print(_ROW.format("Job", "Depth", "Epoch", "Iteration", "Training", "Validation",
+                                "Time (s)", "Event").rstrip())
 
     def __call__(self, job_index: int, message: Mapping) -> None:
         state, depth = message.get("state"), self.depths[job_index]
+        now = time.perf_counter() - self.start
         if state == "validation":
-            self._print(_ROW.format(job_index, depth, message["epoch"], message["iteration"],
-                                    _percent(message.get("accuracy")),
-                                    _percent(message.get("validation_accuracy"))))
+            self._row(job_index, depth, now, message.get("epoch", ""),
+                      message.get("iteration", ""), _percent(message.get("accuracy")),
+                      _percent(message.get("validation_accuracy")))
         elif state in ("start", "done"):
-            now = time.perf_counter() - self.start
             (self.began if state == "start" else self.ended)[job_index] = now
-            what = "first step" if state == "start" else "training done"
-            self._print(f"{job_index:>4} {depth:>6} {what} at {now:.1f} s")
+            self._row(job_index, depth, now, event="started" if state == "start" else "done")
         elif state in ("failed", "cancelled"):
             why = f": {message['error']}" if message.get("error") else ""
-            self._print(f"{job_index:>4} {depth:>6} {state}{why}")
+            self._row(job_index, depth, now, event=f"{state}{why}")
+
+    def _row(self, job_index, depth, now: float, epoch="", iteration="", training="",
+             validation="", event="") -> None:
+        self._print(_ROW.format(job_index, depth, epoch, iteration, training, validation,
+                                f"{now:.1f}", event).rstrip())
 
     def _print(self, line: str) -> None:
         print(line, file=self.stream, flush=True)

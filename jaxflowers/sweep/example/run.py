@@ -18,8 +18,11 @@ from jaxflowers.host import signals
 from jaxflowers.sweep.example import report as results
 from jaxflowers.sweep.example.data import example_plan
 from jaxflowers.sweep.example.report import JobOutcome, ProgressTable
+from jaxflowers.sweep.futures import wait_jobs
 from jaxflowers.sweep.jobs import job_options, train_job
 from jaxflowers.sweep.pool import DevicePool
+
+__all__ = ["SweepResult", "depth_job", "run_sweep"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +132,7 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
             count = ("as many as fit (jobs_per_device='auto')" if jobs_per_device == "auto"
                      else jobs_per_device)
             print(f"Jobs on each GPU: {count}, running {together}", file=stream)
-        plot, table = _watch(pool, depths, stream, start)
+        plot, table = _watch(pool, depths, stream, start, out / "sweep_progress.png")
         futures = [pool.submit(depth_job, data=plan, depth=d, max_epochs=epochs, seed=seed,
                                options_overrides=overrides) for d in depths]
         interrupted = _wait(futures, pool, stream)
@@ -174,11 +177,13 @@ def _prepare(plan: Mapping, stream: TextIO) -> None:
 
 
 def _watch(pool: DevicePool, depths: tuple[int, ...], stream: TextIO,
-           start: float | None = None):
-    """Register the live table and the progress grid before any job can report; both."""
+           start: float | None = None, path: pathlib.Path | None = None):
+    """Register the live table and the progress grid (kept up to date in ``path`` without a
+    display) before any job can report; both."""
     from jaxflowers.plots.sweep_grid import sweep_progress  # matplotlib, no JAX
 
-    plot = sweep_progress(pool, num_jobs=len(depths), titles=[f"Depth {d}" for d in depths])
+    plot = sweep_progress(pool, num_jobs=len(depths), titles=[f"Depth {d}" for d in depths],
+                          path=path, title=f"cifar_net of depths {', '.join(map(str, depths))}")
     print(f"Training {len(depths)} networks (cifar_net depths {', '.join(map(str, depths))}) "
           f"on {pool.num_slots} slot(s) of a {pool.backend} pool; job logs in {pool.log_dir}",
           file=stream)
@@ -191,7 +196,7 @@ def _watch(pool: DevicePool, depths: tuple[int, ...], stream: TextIO,
 def _wait(futures, pool: DevicePool, stream: TextIO) -> str | None:
     """Wait for every job; on SIGINT or SIGTERM cancel the rest and return "SIGINT"/"SIGTERM"."""
     try:
-        concurrent.futures.wait(futures)
+        wait_jobs(futures)  # drawing the grid's window meanwhile, if it has one
         return None
     except KeyboardInterrupt as stop:
         pool.terminate()  # (the pool's signal handler has done so already)
@@ -227,25 +232,26 @@ def _evaluate(net, test_codes, plan, depth: int, stream: TextIO) -> tuple[dict, 
           file=stream, flush=True)
 
     def save(path):
-        from matplotlib.figure import Figure
+        import matplotlib.pyplot as plt
 
         from jaxflowers.plots import confusion_chart
 
-        figure = Figure(figsize=(9, 9), layout="tight")  # outside pyplot: nothing left open
-        confusion_chart(test_set.labels, predicted.codes, net.class_names, ax=figure.gca(),
-                        row_summary="row-normalized", column_summary="column-normalized",
-                        title=f"cifar_net depth {depth}: test accuracy {test_accuracy:.2f}%")
-        figure.savefig(path, dpi=100)
+        chart = confusion_chart(  # sized to the class count
+            test_set.labels, predicted.codes, net.class_names, row_summary="row-normalized",
+            column_summary="column-normalized",
+            title=f"cifar_net depth {depth}: test accuracy {test_accuracy:.2f}%")
+        try:
+            chart.savefig(path, dpi=100)
+        finally:
+            plt.close(chart.figure)  # nothing left open
 
     return {"test_accuracy": test_accuracy, "test_images": len(test_set)}, save
 
 
 def _save_figures(plot, test, out: pathlib.Path, stream: TextIO):
-    """Save the progress grid and the confusion chart; the paths written (None: failed)."""
-    saved = [out / "sweep_progress.png"]
-    if not results.save_figure(lambda path: plot.save(path, dpi=100), saved[0]):
-        saved[0] = None
-    plot.close()
+    """Save the progress grid's last frame and the confusion chart; the paths written (None:
+    failed, with a warning)."""
+    saved = [plot.close()]
     saved.append(out / "confusion_best.png" if test else None)
     if test and not results.save_figure(test[1], saved[1]):
         saved[1] = None
