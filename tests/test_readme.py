@@ -22,9 +22,29 @@ def run_snippet(code: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def test_the_readme_has_the_two_snippets():
-    assert len(SNIPPETS) == 2
+def test_the_readme_has_its_snippets():
+    """Two that run as written (training, the pool) and two that need what a CPU machine
+    has not (a weights file; CIFAR-10 and GPUs)."""
+    assert len(SNIPPETS) == 4
     assert "jf.train(" in SNIPPETS[0] and "DevicePool" in SNIPPETS[1]
+    assert "jf.models.pretrained(" in SNIPPETS[2] and "jf.sweep.Experiment(" in SNIPPETS[3]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_every_snippet_is_python_and_names_only_what_the_package_has(index):
+    """The snippets that cannot run here still parse, and every ``jf.a.b`` they name exists
+    (a renamed function breaks this test, not a user's paste)."""
+    import jaxflowers as jf
+
+    code = SNIPPETS[index]
+    compile(code, f"README snippet {index}", "exec")
+    names = set(re.findall(r"\bjf((?:\.[A-Za-z_]\w*)+)", code))
+    assert names
+    for name in names:
+        target = jf
+        for part in name.strip(".").split("."):
+            assert hasattr(target, part), f"README snippet {index}: jf{name} does not exist"
+            target = getattr(target, part)
 
 
 @pytest.mark.slow

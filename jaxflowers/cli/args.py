@@ -7,7 +7,8 @@ import math
 
 from jaxflowers.options import validate
 
-__all__ = ["image_size", "integer", "non_negative_int", "number", "positive_float", "positive_int"]
+__all__ = ["image_size", "integer", "non_negative_int", "number", "positive_float", "positive_int",
+           "positive_int_or_auto"]
 
 
 def integer(minimum: int = 1, maximum: int | None = None):

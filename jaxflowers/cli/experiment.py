@@ -12,6 +12,8 @@ import sys
 from jaxflowers.cli.args import positive_float, positive_int
 from jaxflowers.cli.outputs import RUNS
 
+__all__ = ["add_arguments", "run"]
+
 
 def add_arguments(sweep: argparse.ArgumentParser) -> None:
     """Add the experiment's flags to the ``sweep`` subcommand's parser."""

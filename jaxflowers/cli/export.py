@@ -7,6 +7,8 @@ import pathlib
 
 from jaxflowers.inference.export import FORMATS  # imports no JAX
 
+__all__ = ["add_parser", "run"]
+
 _SUFFIXES = {".onnx": "onnx", ".stablehlo": "stablehlo", ".shlo": "stablehlo"}
 
 

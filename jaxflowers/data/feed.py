@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["BUDGET_ENV", "Placement", "ResidentData", "channel_stats", "choose_placement",
-           "device_memory_budget", "epoch_order", "image_shape", "stats_from_moments",
+           "device_memory_budget", "epoch_order", "image_shape", "read_rows", "stats_from_moments",
            "steps_per_epoch"]
 
 # "auto" keeps a set resident when it takes at most this share of a device's memory: the

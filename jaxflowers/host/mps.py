@@ -19,6 +19,8 @@ from typing import Mapping, Sequence
 
 from jaxflowers.host import gpus as gpu_listing
 
+__all__ = ["MpsDaemons", "MpsError", "configured"]
+
 CONTROL = "nvidia-cuda-mps-control"
 _SOCKET_PATH_MAX = 100  # a UNIX socket's path (pipe folder + "/control") must stay under 108
 # A client under MPS: creating a context on the one GPU the server shows starts the server.

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from typing import Mapping
 
-__all__ = ["PACKAGE_ROOT", "package_path", "start_module"]
+__all__ = ["PACKAGE_ROOT", "is_alive", "package_path", "start_module", "start_time"]
 
 # The folder holding the ``jaxflowers`` package.
 PACKAGE_ROOT = str(pathlib.Path(__file__).resolve().parents[2])

@@ -23,6 +23,8 @@ import numpy as np
 
 from jaxflowers.host.files import write_atomic
 
+__all__ = ["export_onnx", "export_stablehlo", "scores_function"]
+
 OPSET = 23  # ONNX operator set of export_onnx (onnxruntime >= 1.22 runs it)
 FORMATS = ("onnx", "stablehlo")
 

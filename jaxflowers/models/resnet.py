@@ -12,8 +12,8 @@ from jaxflowers.models.maxpool import max_pool
 from jaxflowers.models.norm import BatchNorm
 from jaxflowers.models.stem import StemConv
 
-__all__ = ["BLOCKS", "BasicBlock", "BottleneckBlock", "ModuleDef", "ResNet", "VARIANTS", "resnet",
-           "resnet101", "resnet18", "resnet34", "resnet50"]
+__all__ = ["BLOCKS", "BasicBlock", "BottleneckBlock", "ModuleDef", "ResNet", "VARIANTS",
+           "pretrained", "resnet", "resnet101", "resnet18", "resnet34", "resnet50"]
 
 ModuleDef = Any
 

@@ -34,6 +34,9 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["Pretrained", "convert", "head_size", "imagenet_normalization", "load",
+           "read_state_dict", "torch_name"]
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # torchvision's transform, on [0, 1] inputs
 IMAGENET_STD = (0.229, 0.224, 0.225)
 # Our batch-norm leaves and torch's names for them.

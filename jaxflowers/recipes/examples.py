@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from jaxflowers.options.training import TrainingOptions
 
 __all__ = ["EXAMPLE_AUGMENTATION", "RECIPES", "Recipe", "augmentation", "digits_options",
-           "flowers_options", "flowers_tuned_options", "recipe", "recipe_for", "sweep_options"]
+           "flowers_options", "flowers_pretrained_options", "flowers_tuned_options", "recipe",
+           "recipe_for", "sweep_options"]
 
 # Each MATLAB example's imageDataAugmenter, as ``Augmentation`` fields.
 EXAMPLE_AUGMENTATION = {
@@ -167,7 +168,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            lambda device_count, num_train, **kw: digits_options(**kw)),
     Recipe("flowers-pretrained", "fine-tuning ImageNet weights (--weights) on Flowers: Adam "
            "at 1e-4 x batch/128, the head at 10x, 10 epochs", "flowers", "resnet50",
-           flowers_pretrained_options, per_device_batch=True, needs_weights=True),
+           flowers_pretrained_options, per_device_batch=True, needs_weights=True,
+           scaling="128 images per device, learning rate 1e-4 x mini-batch / 128, the new "
+                   "head at 10x"),
 )}
 
 

@@ -12,7 +12,8 @@ from typing import Mapping, Sequence
 
 from jaxflowers.host import gpus
 
-__all__ = ["Slot", "default_cpu_slots", "make_slots", "slot_environment", "visible_gpus"]
+__all__ = ["Slot", "claim", "default_cpu_slots", "make_slots", "merge", "place",
+           "slot_environment", "visible_gpus"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,9 @@ import optax
 
 from jaxflowers.models.norm import BatchNorm
 
+__all__ = ["factors", "frozen_layers", "frozen_norms", "keep_frozen_stats", "paths",
+           "scale_updates", "stop_frozen"]
+
 
 def paths(tree) -> list[str]:
     """The "/"-joined key paths of ``tree``'s leaves, in leaf order."""

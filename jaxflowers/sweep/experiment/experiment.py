@@ -21,6 +21,8 @@ from jaxflowers.sweep.experiment import params as parameters
 from jaxflowers.sweep.experiment.params import ParameterError
 from jaxflowers.sweep.experiment.space import Design
 
+__all__ = ["Experiment"]
+
 STRATEGIES = ("grid", "random", "bayesian")
 PRUNERS = ("none", "median", "halving")
 DATABASE = "experiment.db"  # the default storage, in the output folder

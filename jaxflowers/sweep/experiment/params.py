@@ -15,6 +15,9 @@ import json
 import math
 from typing import Any, Mapping, Sequence
 
+__all__ = ["Integers", "ParameterError", "Uniform", "Values", "as_parameter", "describe", "grid",
+           "integers", "loguniform", "parse", "random_points", "uniform"]
+
 
 class ParameterError(ValueError):
     """A parameter of an experiment is unknown, empty, out of order or of the wrong type."""

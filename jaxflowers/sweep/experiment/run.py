@@ -24,6 +24,8 @@ from jaxflowers.sweep.experiment import trial as jobs
 from jaxflowers.sweep.experiment.session import Session, open_search
 from jaxflowers.sweep.experiment.table import format_value
 
+__all__ = ["ExperimentResult", "run_experiment"]
+
 _SHOWN = ("trial", "state", "objective", "stop_reason", "wall_time", "where")
 
 

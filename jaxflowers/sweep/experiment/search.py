@@ -22,6 +22,8 @@ from optuna.trial import TrialState
 
 from jaxflowers.host.processes import is_alive, start_time
 
+__all__ = ["DefinitionError", "Search", "make_pruner"]
+
 HEARTBEAT = 20.0  # seconds between the heartbeats of a caller's running trials
 GRACE = 120.0  # a RUNNING trial of another host without a heartbeat for this long is lost
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)

@@ -21,6 +21,8 @@ from jaxflowers.sweep.example.report import save_figure  # any output: a warning
 from jaxflowers.sweep.experiment import trial as jobs
 from jaxflowers.sweep.experiment.table import LiveTable, frame, rows
 
+__all__ = ["Session", "open_search"]
+
 _SUMMARY = ("final_validation_accuracy", "final_validation_loss", "best_validation_accuracy",
             "best_validation_loss", "iterations", "epochs", "num_devices", "network",
             "metrics", "stop_reason")

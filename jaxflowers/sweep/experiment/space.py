@@ -16,6 +16,8 @@ from jaxflowers import recipes
 from jaxflowers.sweep.example.data import example_plan
 from jaxflowers.sweep.experiment.params import Parameter, ParameterError, Values
 
+__all__ = ["Design"]
+
 # Fields a trial's job owns: its validation set, its progress channel, its figures.
 _RESERVED = ("validation_data", "output_fn", "plots", "plots_path", "checkpoint_path",
              "log_dir")

@@ -15,6 +15,8 @@ from typing import Any, Iterable, Mapping, Sequence, TextIO
 
 from jaxflowers.plots.backend import in_jupyter
 
+__all__ = ["LiveTable", "format_value", "frame", "rows", "trial_line"]
+
 # Columns after the parameters, in order; "objective" is the value the search compares
 # (the final value of a finished trial, the last one reported by a pruned trial).
 COLUMNS = ("objective", "final_validation_accuracy", "final_validation_loss",

@@ -14,6 +14,8 @@ import socket
 
 from jaxflowers import recipes
 
+__all__ = ["summary", "test_job", "trial_job", "trial_options"]
+
 NETWORK, METRICS = "net.safetensors", "metrics.csv"  # in each trial's folder
 
 
