@@ -25,7 +25,8 @@ import time
 def command(args) -> list[str]:
     base = [sys.executable, "-m", "jaxflowers"]
     if args.kind == "example":
-        cmd = base + ["train", "--data", args.data, "--model", "resnet50", "--quiet"]
+        cmd = base + ["train", "--data", args.data, "--model", "resnet50", "--quiet",
+                      "--out", os.path.join(args.scratch, "train")]
         if args.epochs:
             cmd += ["--epochs", str(args.epochs)]
     else:

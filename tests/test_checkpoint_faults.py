@@ -74,7 +74,8 @@ def test_checkpoint_failure_stop_ends_the_run_and_keeps_its_results(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last == (f"error: training stopped: a checkpoint could not be written at iteration "
                     f"5 (--checkpoint-failure stop); kept {tmp_path / 'metrics.csv'}, "
-                    f"{tmp_path / 'net.safetensors'}"), result.stderr
+                    f"{tmp_path / 'net.safetensors'}, {tmp_path / 'training_progress.png'}"), \
+        result.stderr
     assert len((tmp_path / "metrics.csv").read_text().splitlines()) == 1 + 5
     assert "Traceback" not in result.stderr
 

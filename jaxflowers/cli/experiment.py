@@ -24,7 +24,7 @@ def add_arguments(sweep: argparse.ArgumentParser) -> None:
                        help="a parameter to vary: NAME=V1,V2,... or NAME=KIND:LOW:HIGH with "
                             "KIND uniform, loguniform, int or logint; NAME is a TrainingOptions "
                             "or ExecutionOptions field, a network argument (depth, width), "
-                            "model or data; repeatable")
+                            "model or data; repeatable (default: none, the depth sweep)")
     group.add_argument("--strategy", default="grid",
                        help="grid (every combination; default), random, or bayesian (TPE)")
     group.add_argument("--trials", type=positive_int, default=None,
