@@ -80,6 +80,7 @@ def test_panels_lines_legends_and_epochs(tmp_path):
     assert text["Accuracy"] == "62.00%" and text["Loss"] == "0.0833"
     assert text["Elapsed"] == "00:01:23" and text["Hardware"] == "4 devices"
     assert text["Stop reason"] == "max-epochs" and text["Learning rate"] == "0.01"
+    assert text["Final validation"] == "62.00%"  # the last validation unless the info says
     fig.savefig(tmp_path / "tp.png", dpi=40)
     assert matplotlib.image.imread(tmp_path / "tp.png")[..., :3].std() > 0.01
 
@@ -94,6 +95,13 @@ def test_a_panel_per_requested_metric_and_one_device_in_words():
     assert auc.get_xlabel() == "Iteration" and loss.get_xlabel() == ""  # the bottom panel's
     assert panel_text(fig)["Hardware"] == "1 device"
     assert fig.get_size_inches()[1] > training_progress(make_info()).get_size_inches()[1]
+
+
+def test_the_returned_networks_validation_is_shown_beside_the_last_in_training():
+    """The returned network (batch norm finalised, or the best one) scores apart from the
+    last validation during training; the finished frame shows both."""
+    text = panel_text(training_progress(make_info(final_validation_accuracy=71.25)))
+    assert text["Accuracy"] == "62.00%" and text["Final validation"] == "71.25%"
 
 
 def test_into_given_axes_and_empty_info():

@@ -218,10 +218,14 @@ def _other_lines(info, facts: RunFacts, final: bool) -> list:
     count = int(devices[0]) if devices.size else 0
     hardware = facts.hardware or (f"{count} device{'s' if count > 1 else ''}" if count
                                   else "unknown")
-    return [("Other information", None), ("Hardware", hardware),
-            ("Learning rate", f"{lr[-1]:.4g}" if lr.size else "-"),
-            ("Result", None),
-            ("Stop reason", str(reason[0]) if final and reason.size else "training")]
+    lines = [("Other information", None), ("Hardware", hardware),
+             ("Learning rate", f"{lr[-1]:.4g}" if lr.size else "-"),
+             ("Result", None),
+             ("Stop reason", str(reason[0]) if final and reason.size else "training")]
+    returned = getattr(info, "final_validation_accuracy", None) if final else None
+    if returned is not None:  # the returned network's (best or final, batch norm finalised)
+        lines.append(("Final validation", f"{returned:.2f}%"))
+    return lines
 
 
 def _draw_info(ax, lines) -> None:
