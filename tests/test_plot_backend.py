@@ -120,3 +120,37 @@ def test_a_window_changed_by_another_thread_is_drawn_by_the_main_thread(window_b
     assert len(window_backend.FLUSHED) == flushed + 1 and plot.draws >= 1
     plot.close()
     assert not windows_open()
+
+
+def test_a_background_file_is_drawn_while_the_caller_goes_on(tmp_path):
+    """A training loop must not wait for its figure: with ``background`` the file is drawn in
+    a thread of its own (here held mid-draw), the caller's updates return at once, and
+    ``flush`` and ``close`` wait for the newest state to be in the file."""
+    import threading
+
+    release = threading.Event()
+    release.set()  # the empty frame at creation is drawn by the caller, at once
+
+    class Held(Counter):
+        background = True
+
+        def _draw(self, fig):
+            release.wait(60)
+            super()._draw(fig)
+
+    path = tmp_path / "live.png"
+    plot = Held(min_interval=0, path=path)  # the empty frame: written at once
+    first, drawn = path.read_bytes(), plot.draws
+    release.clear()
+    plot.add(1)
+    plot._changed(milestone=True)  # a validation: the writer starts drawing, and waits
+    plot.add(2)
+    plot._changed(milestone=True)  # returned although the writer is still held
+    assert path.read_bytes() == first and plot.draws == drawn
+    release.set()
+    plot.flush()
+    assert path.read_bytes() != first and plot.values == [1, 2]
+    assert plot.figure.axes[0].lines[0].get_ydata().tolist() == [1, 2]  # the newest state
+    plot.close()
+    plot._writer.join(10)
+    assert not plot._writer.is_alive()  # the writer ends with the figure

@@ -136,13 +136,16 @@ def test_without_a_display_the_file_is_rewritten_at_each_validation(tmp_path, mo
     path = tmp_path / DEFAULT_PATH
     empty = path.read_bytes()  # written at once, so it can be opened while training
     plot.update(make_info(3))  # no validation yet: the file stays as it was
+    plot.flush()
     assert path.read_bytes() == empty
-    plot.update(make_info(4))  # the first validation: rewritten
+    plot.update(make_info(4))  # the first validation: rewritten (in the writer thread)
+    plot.flush()
     first = path.read_bytes()
     assert first != empty and Image.open(path).size == (1100, 600)
     acc = plot.figure.axes[0]
     assert acc.lines[0].get_xdata()[-1] == 4 and acc.lines[2].get_xdata().tolist() == [4]
     plot.update(make_info(7))
+    plot.flush()
     assert path.read_bytes() == first  # between validations: not rewritten
     final = make_info(12, stop_reason="stopped by output_fn")
     assert plot.close(final) == pathlib.Path(DEFAULT_PATH)  # relative to the working folder

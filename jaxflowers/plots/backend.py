@@ -55,8 +55,13 @@ class LiveFigure:
     a window that updates with a display, else rewritten to ``path`` (if given) at milestones.
 
     Redraws keep at least ``min_interval`` s apart and take at most a fifth of the caller's
-    time; a window is redrawn in the main thread only (``pump_windows`` catches up).
+    time; a window is redrawn in the main thread only (``pump_windows`` catches up). With
+    ``background`` (a subclass whose ``_draw`` reads state that updates replace, never
+    mutate) the file is drawn and written in a thread of its own, so the caller, a training
+    loop feeding a GPU, never waits for it; ``flush`` waits.
     """
+
+    background = False
 
     def __init__(self, *, figsize, min_interval: float, path=None):
         self._lock = threading.RLock()  # updates may come from a pool's reader thread
@@ -74,6 +79,10 @@ class LiveFigure:
         self._draw_share = 0.2  # most of the caller's time a redraw may take, on average
         self._file_failed, self._pending = False, False
         self.closed = False
+        self._figure_lock = threading.RLock()  # the figure: the caller's or the writer's
+        self._queue = threading.Condition()  # background writes asked for and done
+        self._asked = self._written = 0
+        self._writer: threading.Thread | None = None
         self._changed(force=True)  # show it (empty) where it was created
         if not (self._jupyter or self.window):
             self._cost = 0.0  # writing an empty figure says little of the next files' cost
@@ -94,15 +103,20 @@ class LiveFigure:
             # At least min_interval, and drawing takes at most _draw_share of the caller's time.
             pause = max(self.min_interval, self._cost * (1 / self._draw_share - 1))
             if force or time.monotonic() - self._last >= pause:
-                self._show()
+                self._show(now=force)
 
     def _redraw(self) -> None:
-        if self._stale:
-            self.figure.clear()
-            self._draw(self.figure)
-            self._stale = False
+        with self._figure_lock:
+            if self._stale:
+                self._stale = False  # an update while drawing marks it stale again
+                self.figure.clear()
+                self._draw(self.figure)
 
-    def _show(self) -> None:
+    def _show(self, *, now: bool = False) -> None:
+        if self.background and not (now or self._jupyter or self.window) and self.path:
+            self._pending = False
+            self._ask_writer()
+            return
         start = time.monotonic()
         if self._jupyter:
             self._show_inline()
@@ -118,6 +132,37 @@ class LiveFigure:
         self._pending = False
         self._last = time.monotonic()
         self._cost = self._last - start
+
+    def _ask_writer(self) -> None:
+        """Have the writer thread draw the newest state into the file (started once)."""
+        with self._queue:
+            self._asked += 1
+            self._queue.notify_all()
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_files, daemon=True,
+                                            name="jaxflowers-figure-writer")
+            self._writer.start()
+
+    def _write_files(self) -> None:
+        """The writer thread: one file per batch of requests, until ``close``."""
+        while True:
+            with self._queue:
+                self._queue.wait_for(lambda: self._asked > self._written or self.closed)
+                if self._asked == self._written:
+                    return  # closed with nothing asked
+                asked = self._asked
+            start = time.monotonic()
+            self._write(self.path)
+            self._last = time.monotonic()
+            self._cost = self._last - start
+            with self._queue:
+                self._written = asked
+                self._queue.notify_all()
+
+    def flush(self) -> None:
+        """Wait until the file shows every update asked of it so far (``background``)."""
+        with self._queue:
+            self._queue.wait_for(lambda: self._written >= self._asked)
 
     def _show_inline(self) -> None:
         from IPython.display import Image, display
@@ -135,10 +180,11 @@ class LiveFigure:
         """Rewrite ``path`` whole (a viewer never reads half a file); False, warned once, if
         it cannot be written: a figure never stops what it watches."""
         try:
-            self._redraw()
-            kind = path.suffix.lstrip(".").lower() or "png"
-            write_atomic(path, lambda file: self.figure.savefig(file, format=kind,
-                                                                **savefig_kwargs))
+            with self._figure_lock:
+                self._redraw()
+                kind = path.suffix.lstrip(".").lower() or "png"
+                write_atomic(path, lambda file: self.figure.savefig(file, format=kind,
+                                                                    **savefig_kwargs))
         except (OSError, ValueError) as error:
             if not self._file_failed:
                 reason = getattr(error, "strerror", None) or error
@@ -156,19 +202,23 @@ class LiveFigure:
 
     def save(self, path, **savefig_kwargs) -> None:
         """Draw the latest state and write it (PNG, PDF, ... by the file's extension)."""
-        with self._lock:
+        self.flush()
+        with self._lock, self._figure_lock:
             self._redraw()
             self.figure.savefig(path, **savefig_kwargs)
 
     def close(self) -> None:
         """Show the final state and stop updating; a window stays open (``plt.show()``
         keeps it on screen after the script's last line)."""
+        self.flush()  # the writer's last file, before the final frame
         with self._lock:
             if self._stale and (self._jupyter or self.window) and (
                     not self.window or threading.current_thread() is threading.main_thread()):
                 self._show()
             self._handle, self._jupyter, self.closed = None, False, True
             _WINDOWS.discard(self)
+        with self._queue:
+            self._queue.notify_all()  # the writer, if any, ends
 
 
 def windows_open() -> bool:

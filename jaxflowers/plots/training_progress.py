@@ -319,6 +319,8 @@ class TrainingProgressPlot(LiveFigure):
       stream: where the "saved to" line goes (default ``sys.stdout``).
     """
 
+    background = True  # each update replaces ``info``: the file is drawn beside training
+
     def __init__(self, *, path=None, max_epochs: int | None = None,
                  iterations_per_epoch: int | None = None,
                  validation_frequency: int | None = None, hardware: str | None = None,
@@ -348,6 +350,7 @@ class TrainingProgressPlot(LiveFigure):
 
     def close(self, info=None) -> pathlib.Path | None:
         """Draw the final frame from ``info``, save it, stop; the file or None (warned)."""
+        self.flush()
         with self._lock:
             if info is not None:
                 self.info = info
