@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
+from image_folders import class_folders as _class_folders
 from PIL import Image
 
 import jaxflowers as jf
@@ -359,15 +360,6 @@ def test_a_decode_process_that_dies_fails_the_build_with_its_stderr(tmp_path, mo
                                 _read, image_size=(4, 5), cache_dir=tmp_path / "c", workers=2,
                                 processes=True)
     assert [f for f in os.listdir(tmp_path / "c") if not f.endswith(".lock")] == []
-
-
-def _class_folders(root: pathlib.Path, per_class: int = 3, classes=("a", "b"), size=(9, 7)):
-    """PNG class folders; class c's image i is the colour (100 c, 20 i, 50)."""
-    for c, name in enumerate(classes):
-        (root / name).mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            Image.new("RGB", size, (100 * c, 20 * i, 50)).save(root / name / f"{i}.png")
-    return root
 
 
 def _blocked(tmp_path) -> pathlib.Path:

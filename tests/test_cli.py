@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from image_folders import class_folders as _class_folders
 from PIL import Image
 from test_saving import tiny_net
 
@@ -71,15 +72,6 @@ def _blocked(tmp_path) -> pathlib.Path:
     blocker = tmp_path / "blocker"
     blocker.write_text("")
     return blocker
-
-
-def _class_folders(root: pathlib.Path, per_class: int = 3, classes=("a", "b"), size=(9, 7)):
-    """PNG class folders; class c's image i is the colour (100 c, 20 i, 50)."""
-    for c, name in enumerate(classes):
-        (root / name).mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            Image.new("RGB", size, (100 * c, 20 * i, 50)).save(root / name / f"{i}.png")
-    return root
 
 
 def _cli(capsys, *argv) -> tuple[int, str, str]:

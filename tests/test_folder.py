@@ -3,7 +3,6 @@ import functools
 import http.server
 import io
 import os
-import pathlib
 import re
 import socket
 import sys
@@ -12,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from image_folders import class_folders as _class_folders
 from PIL import Image
 
 import jaxflowers as jf
@@ -409,15 +409,6 @@ def test_missing_fsspec_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "fsspec", None)  # makes "import fsspec" fail
     with pytest.raises(ImportError, match=r"pip install jaxflowers\[remote\]"):
         ImageFolder("s3://bucket/prefix")
-
-
-def _class_folders(root: pathlib.Path, per_class: int = 3, classes=("a", "b"), size=(9, 7)):
-    """PNG class folders; class c's image i is the colour (100 c, 20 i, 50)."""
-    for c, name in enumerate(classes):
-        (root / name).mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            Image.new("RGB", size, (100 * c, 20 * i, 50)).save(root / name / f"{i}.png")
-    return root
 
 
 def test_a_truncated_image_is_named_and_no_cache_is_left(tmp_path):

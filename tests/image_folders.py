@@ -1,0 +1,13 @@
+"""Small PNG class folders that tests build on the fly (for ImageFolder, the cache, the CLI)."""
+import pathlib
+
+from PIL import Image
+
+
+def class_folders(root: pathlib.Path, per_class: int = 3, classes=("a", "b"), size=(9, 7)):
+    """PNG class folders; class c's image i is the colour (100 c, 20 i, 50)."""
+    for c, name in enumerate(classes):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            Image.new("RGB", size, (100 * c, 20 * i, 50)).save(root / name / f"{i}.png")
+    return root
