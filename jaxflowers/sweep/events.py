@@ -9,7 +9,7 @@ import queue
 import threading
 from typing import Any, Callable
 
-__all__ = ["EventDispatcher"]
+__all__ = ["EventDispatcher", "OnlyStates"]
 
 _log = logging.getLogger(__name__)
 
@@ -83,3 +83,17 @@ class EventDispatcher:
             future.set_exception(error)
         else:
             future.set_result(value)
+
+
+class OnlyStates:
+    """An ``after_each`` callback that sees only messages of some states."""
+
+    def __init__(self, callback: Callable[[int, dict], Any], states: frozenset[str]):
+        self.callback, self.states = callback, states
+
+    def __call__(self, job_index: int, message: dict) -> None:
+        if message.get("state") in self.states:
+            self.callback(job_index, message)
+
+    def __repr__(self) -> str:
+        return f"{self.callback!r} (states {sorted(self.states)})"

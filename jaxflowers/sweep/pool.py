@@ -20,34 +20,16 @@ from jaxflowers.host import mps
 from jaxflowers.sweep import shutdown as interrupts
 from jaxflowers.sweep import slots as placement
 from jaxflowers.sweep import transfer
-from jaxflowers.sweep.backends.base import Backend, Job, JobEvents
-from jaxflowers.sweep.events import EventDispatcher
+from jaxflowers.sweep.backends import make_backend
+from jaxflowers.sweep.backends.base import Job, JobEvents
+from jaxflowers.sweep.events import EventDispatcher, OnlyStates
 from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError
-from jaxflowers.sweep.slots import Slot, make_slots
+from jaxflowers.sweep.slots import make_slots
 
 __all__ = ["DevicePool", "MESSAGE_STATES"]
 
 # The "state" of the messages train_job sends (train's output_fn) and the pool adds.
 MESSAGE_STATES = ("start", "iteration", "validation", "done", "failed", "cancelled")
-# jobs_per_device="auto": at most this many jobs on a GPU; each job's need is its measured
-# peak with this margin, plus this much for its CUDA context and MPS client.
-AUTO_MAX_JOBS = 8
-_AUTO_MARGIN, _AUTO_CONTEXT = 1.25, 2**30
-_AUTO_FIRST_FRACTION = 0.9  # the first job's cap while its footprint is measured
-
-
-class _OnlyStates:
-    """An ``after_each`` callback that sees only messages of some states."""
-
-    def __init__(self, callback: Callable[[int, dict], Any], states: frozenset[str]):
-        self.callback, self.states = callback, states
-
-    def __call__(self, job_index: int, message: dict) -> None:
-        if message.get("state") in self.states:
-            self.callback(job_index, message)
-
-    def __repr__(self) -> str:
-        return f"{self.callback!r} (states {sorted(self.states)})"
 
 
 class DevicePool:
@@ -59,7 +41,7 @@ class DevicePool:
         number of GPUs matters; without GPUs each node gives one CPU slot per 8 cores.
       jobs_per_device: jobs packed on each GPU, each with ``0.9 / jobs_per_device`` of its memory;
         "auto": one job per GPU first, then as many as its measured memory (``train_job``
-        reports it with its first iteration) lets fit, up to ``AUTO_MAX_JOBS`` (printed).
+        reports it with its first iteration) lets fit, up to ``slots.AUTO_MAX_JOBS`` (printed).
       mps: let packed jobs run at the same time under NVIDIA's MPS (a private daemon per GPU,
         stopped with the pool): "auto" when ``jobs_per_device > 1`` and the environment names
         no MPS server of its own, with a warning if it cannot start (the jobs then take turns
@@ -88,13 +70,13 @@ class DevicePool:
             raise ValueError("jobs_per_device='auto' needs backend='local' (Ray packs tasks "
                              "by GPU fractions fixed at submit)")
         self._decided: dict[str, int] = {}
-        self._backend = _make_backend(backend, log_dir=log_dir, address=address,
+        self._backend = make_backend(backend, log_dir=log_dir, address=address,
                                       memory_fraction=memory_fraction)
         try:
             self._slots = make_slots(devices, 1 if self._auto else jobs_per_device,
                                      self._backend.gpus(), self._backend.cpu_slots())
             if self._auto:  # measured alone, uncapped, before others join it
-                self._slots = [dataclasses.replace(s, memory_fraction=_AUTO_FIRST_FRACTION)
+                self._slots = [dataclasses.replace(s, memory_fraction=placement.AUTO_FIRST_FRACTION)
                                if s.gpu is not None else s for s in self._slots]
             self.sharing = self._share(mps)
         except BaseException:
@@ -219,7 +201,7 @@ class DevicePool:
             if unknown:
                 raise ValueError(f"after_each(states=...): {unknown} are not message states; "
                                  f"use some of {', '.join(MESSAGE_STATES)}")
-        self._events.add_callback(callback if states is None else _OnlyStates(callback, states))
+        self._events.add_callback(callback if states is None else OnlyStates(callback, states))
         return callback
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -309,18 +291,14 @@ class DevicePool:
     def _fill_gpu(self, job: Job, memory: dict) -> None:
         """Open as many slots on ``job``'s GPU as its measured memory lets fit."""
         gpu = job.slot.gpu
-        total = memory["limit"] / (job.slot.memory_fraction or _AUTO_FIRST_FRACTION)
-        need = memory["peak"] * _AUTO_MARGIN + _AUTO_CONTEXT
-        count = int(max(1, min(AUTO_MAX_JOBS, _AUTO_FIRST_FRACTION * total // need)))
+        count, total = placement.auto_jobs(memory, job.slot.memory_fraction)
         with self._lock:
             if gpu in self._decided:
                 return
             self._decided[gpu] = count
-            for _ in range(count - 1):
-                slot = Slot(len(self._slots), gpu, count, device=job.slot.device,
-                            memory_fraction=_AUTO_FIRST_FRACTION / count)
-                self._slots.append(slot)
-                self._free.append(slot)
+            added = placement.more_slots(job.slot, len(self._slots), count)
+            self._slots += added
+            self._free += added
             self._start_queued()
         print(f"jobs_per_device='auto': job {job.index} takes {memory['peak'] / 2**30:.2f} GiB "
               f"of GPU {gpu}'s {total / 2**30:.0f} GiB: {count} jobs at a time on it",
@@ -422,16 +400,3 @@ class DevicePool:
         self._backend.close()
         interrupts.unregister(self)
 
-
-def _make_backend(name: str, *, log_dir, address, memory_fraction) -> Backend:
-    if name == "local":
-        if address is not None:
-            raise ValueError("address= is for backend='ray'; the local backend has none")
-        from jaxflowers.sweep.backends.local import LocalBackend
-
-        return LocalBackend(log_dir=log_dir, memory_fraction=memory_fraction)
-    if name == "ray":
-        from jaxflowers.sweep.backends.ray_cluster import RayBackend
-
-        return RayBackend(log_dir=log_dir, address=address, memory_fraction=memory_fraction)
-    raise ValueError(f"backend={name!r}: use 'local' or 'ray'")
