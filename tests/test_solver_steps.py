@@ -7,33 +7,16 @@ The gradient and the initial weights come from two plain SGD steps of different 
 import jax
 import numpy as np
 import pytest
+from one_step import one_step as _step
+from one_step import step_start
 
 import jaxflowers as jf
-
-N = 48  # one mini-batch of 48: exactly one step
-
-
-def _step(data, rate, execution=None, **options):
-    # Synchronised batch norm: the gradient of the global batch on any device count.
-    execution = execution or jf.ExecutionOptions()
-    opts = jf.TrainingOptions(**{"solver": "sgdm", "momentum": 0, **options},
-                              l2_regularization=0, initial_learn_rate=rate, mini_batch_size=N,
-                              max_epochs=1, verbose=False,
-                              batch_normalization_statistics="moving")
-    net, info = jf.train(data, jf.models.cifar_net(1), opts,
-                         execution=execution.replace(sync_batch_norm=True))
-    assert len(info.loss) == 1
-    return jax.tree.map(lambda x: np.asarray(x, np.float64), net.variables["params"])
 
 
 @pytest.fixture(scope="module")
 def start(digits):
-    """(data, initial weights p0, gradient g) of the one step, as float64 trees."""
-    data = digits.subset(np.random.default_rng(2).permutation(len(digits))[:N])
-    one, two = _step(data, 1.0), _step(data, 2.0)
-    gradient = jax.tree.map(lambda a, b: a - b, one, two)
-    initial = jax.tree.map(lambda a, b: 2 * a - b, one, two)
-    return data, initial, gradient
+    """(data, initial weights p0, gradient g) of one step."""
+    return step_start(digits)
 
 
 def _close(got, want, mask=None):
