@@ -12,11 +12,9 @@ import functools
 import os
 import sys
 import threading
-import warnings
 from concurrent.futures import wait
 from typing import Any, Callable, Sequence
 
-from jaxflowers.host import mps
 from jaxflowers.sweep import shutdown as interrupts
 from jaxflowers.sweep import slots as placement
 from jaxflowers.sweep import transfer
@@ -78,7 +76,7 @@ class DevicePool:
             if self._auto:  # measured alone, uncapped, before others join it
                 self._slots = [dataclasses.replace(s, memory_fraction=placement.AUTO_FIRST_FRACTION)
                                if s.gpu is not None else s for s in self._slots]
-            self.sharing = self._share(mps)
+            self.sharing = placement.sharing(self._slots, self._backend, mps, auto=self._auto)
         except BaseException:
             self._backend.close()
             raise
@@ -92,25 +90,6 @@ class DevicePool:
         self._closed = False
         self._events = EventDispatcher()
         interrupts.register(self)
-
-    def _share(self, requested) -> str | None:
-        """How jobs packed on one GPU share it: "mps", "time-slicing", or None (none packed)."""
-        packed = sorted({s.gpu for s in self._slots if s.gpu is not None
-                         and (s.jobs_per_device > 1 or self._auto)})
-        if not packed:
-            return None
-        if requested is False or (requested == "auto" and mps.configured()):
-            return "mps" if mps.configured() else "time-slicing"
-        try:
-            return self._backend.share_gpus(packed)
-        except mps.MpsError as error:
-            if requested is True:
-                raise
-            per_gpu = "" if self._auto else f" {self._slots[0].jobs_per_device}"
-            warnings.warn(f"MPS could not start ({error}); the{per_gpu} jobs on each GPU take "
-                          "turns on it (DevicePool(mps=False), sweep --mps off: without trying)",
-                          stacklevel=3)
-            return "time-slicing"
 
     # ------------------------------------------------------------------ public API
 

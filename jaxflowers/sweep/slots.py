@@ -8,13 +8,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import warnings
 from typing import Mapping, Sequence
 
-from jaxflowers.host import gpus
+from jaxflowers.host import gpus, mps
 
 __all__ = ["AUTO_FIRST_FRACTION", "AUTO_MAX_JOBS", "Slot", "auto_jobs", "claim",
-           "default_cpu_slots", "make_slots", "merge", "more_slots", "place", "slot_environment",
-           "visible_gpus"]
+           "default_cpu_slots", "make_slots", "merge", "more_slots", "place", "sharing",
+           "slot_environment", "visible_gpus"]
 
 
 # jobs_per_device="auto": at most this many jobs on a GPU; each job's need is its measured
@@ -189,3 +190,24 @@ def more_slots(first: Slot, start: int, count: int) -> list[Slot]:
     """The ``count - 1`` slots that join ``first`` on its GPU, numbered from ``start``."""
     return [Slot(start + k, first.gpu, count, device=first.device,
                  memory_fraction=AUTO_FIRST_FRACTION / count) for k in range(count - 1)]
+
+
+def sharing(slots: Sequence[Slot], backend, requested, *, auto: bool) -> str | None:
+    """How jobs packed on one GPU share it: "mps" (the backend starts it), "time-slicing"
+    (``requested`` False, or MPS could not start: a warning), or None (none packed)."""
+    packed = sorted({s.gpu for s in slots if s.gpu is not None
+                     and (s.jobs_per_device > 1 or auto)})
+    if not packed:
+        return None
+    if requested is False or (requested == "auto" and mps.configured()):
+        return "mps" if mps.configured() else "time-slicing"
+    try:
+        return backend.share_gpus(packed)
+    except mps.MpsError as error:
+        if requested is True:
+            raise
+        per_gpu = "" if auto else f" {slots[0].jobs_per_device}"
+        warnings.warn(f"MPS could not start ({error}); the{per_gpu} jobs on each GPU take "
+                      "turns on it (DevicePool(mps=False), sweep --mps off: without trying)",
+                      stacklevel=3)
+        return "time-slicing"
