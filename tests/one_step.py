@@ -22,9 +22,26 @@ def one_step(data, rate, execution=None, **options):
     return jax.tree.map(lambda x: np.asarray(x, np.float64), net.variables["params"])
 
 
-def step_start(digits):
-    """(data, initial weights p0, gradient g) of one step, from two plain SGD steps."""
+def step_start(digits, num_devices=None):
+    """(data, initial weights p0, gradient g) of one step on ``num_devices`` (default all),
+    from two plain SGD steps."""
     data = digits.subset(np.random.default_rng(2).permutation(len(digits))[:N])
-    one, two = one_step(data, 1.0), one_step(data, 2.0)
+    execution = jf.ExecutionOptions(num_devices=num_devices)
+    one, two = one_step(data, 1.0, execution), one_step(data, 2.0, execution)
     return (data, jax.tree.map(lambda a, b: 2 * a - b, one, two),
             jax.tree.map(lambda a, b: a - b, one, two))
+
+
+class StepStarts:
+    """``step_start`` per device count, each computed once: the digits' flat backgrounds
+    tie in max pooling, and another device count's rounding may route a tie's gradient to
+    another pixel, so a step is compared with the gradient of its own device count."""
+
+    def __init__(self, digits):
+        self.digits, self._starts = digits, {}
+
+    def __call__(self, execution=None):
+        n = (execution or jf.ExecutionOptions()).num_devices
+        if n not in self._starts:
+            self._starts[n] = step_start(self.digits, n)
+        return self._starts[n]

@@ -7,8 +7,8 @@ import json
 import jax
 import numpy as np
 import pytest
+from one_step import StepStarts
 from one_step import one_step as _step
-from one_step import step_start
 
 import jaxflowers as jf
 
@@ -17,9 +17,9 @@ LAYOUTS = [jf.ExecutionOptions(num_devices=1, parameter_layout="tree"),
 
 
 @pytest.fixture(scope="module")
-def start(digits):
-    """(data, initial weights p0, gradient g) of one step."""
-    return step_start(digits)
+def starts(digits):
+    """(data, initial weights p0, gradient g) of one step, per device count."""
+    return StepStarts(digits)
 
 
 # Later patterns win: everything at 2, the second convolution at 0.5, the dense layer's
@@ -38,16 +38,16 @@ def _expect(p0, step):
 
 
 @pytest.mark.parametrize("execution", LAYOUTS, ids=["1-tree", "4-flat"])
-def test_sgd_step_is_rate_times_factor_times_gradient(start, execution):
-    data, p0, g = start
+def test_sgd_step_is_rate_times_factor_times_gradient(starts, execution):
+    data, p0, g = starts(execution)
     got = _step(data, 1.0, execution, learn_rate_factors=FACTORS)
     want = _expect(p0, lambda k, leaf: g[k][leaf])
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6), got, want)
 
 
-def test_adam_step_is_scaled_by_the_factor_on_the_flat_layout(start):
+def test_adam_step_is_scaled_by_the_factor_on_the_flat_layout(starts):
     """Adam's first step is ``rate * g / (|g| + eps)``; the factor multiplies it."""
-    data, p0, g = start
+    data, p0, g = starts(LAYOUTS[1])
     rate, eps = 1e-3, 1e-8
     got = _step(data, rate, LAYOUTS[1], solver="adam", learn_rate_factors=FACTORS)
     want = _expect(p0, lambda k, leaf: rate * g[k][leaf] / (np.abs(g[k][leaf]) + eps))
@@ -77,10 +77,10 @@ def test_a_pattern_that_matches_nothing_is_refused_naming_the_layers(digits):
         jf.train(digits.subset(np.arange(64)), jf.models.cifar_net(1), opts)
 
 
-def test_frozen_parameters_take_no_weight_decay_into_a_global_gradient_norm(start):
+def test_frozen_parameters_take_no_weight_decay_into_a_global_gradient_norm(starts):
     """L2 then "global-l2norm" clipping: the norm is that of the trainable parameters'
     gradients plus their decay; the frozen ones add nothing and do not move."""
-    data, p0, g = start
+    data, p0, g = starts(LAYOUTS[1])
     l2, frozen = 0.5, ("Conv_0", "Conv_1")
     total = {k: {leaf: 0 * g[k][leaf] if k in frozen else g[k][leaf] + l2 * p0[k][leaf]
                  for leaf in g[k]} for k in g}

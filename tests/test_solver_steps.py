@@ -7,16 +7,16 @@ The gradient and the initial weights come from two plain SGD steps of different 
 import jax
 import numpy as np
 import pytest
+from one_step import StepStarts
 from one_step import one_step as _step
-from one_step import step_start
 
 import jaxflowers as jf
 
 
 @pytest.fixture(scope="module")
-def start(digits):
-    """(data, initial weights p0, gradient g) of one step."""
-    return step_start(digits)
+def starts(digits):
+    """(data, initial weights p0, gradient g) of one step, per device count."""
+    return StepStarts(digits)
 
 
 def _close(got, want, mask=None):
@@ -24,23 +24,24 @@ def _close(got, want, mask=None):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6, err_msg=jax.tree_util.keystr(path))
 
 
-def test_l2norm_clips_each_tensor_alike_on_1_and_4_devices_and_one_vector(start):
+def test_l2norm_clips_each_tensor_alike_on_1_and_4_devices_and_one_vector(starts):
     """MATLAB's default "l2norm": a tensor whose gradient norm exceeds the threshold is
     scaled to it, the others are left alone. Applied to the all-reduced gradient, so one
     device, four, and four with the flat layout take the same step."""
-    data, p0, g = start
-    norms = {k: np.linalg.norm(v) for k, v in jax.tree_util.tree_leaves_with_path(g)}
-    threshold = float(np.median(list(norms.values())))
-    assert min(norms.values()) < threshold < max(norms.values())  # some clip, some don't
-    want = jax.tree.map(lambda p, d: p - d * min(1.0, threshold / np.linalg.norm(d)), p0, g)
     for execution in (jf.ExecutionOptions(num_devices=1),
                       jf.ExecutionOptions(parameter_layout="flat")):
+        data, p0, g = starts(execution)
+        norms = {k: np.linalg.norm(v) for k, v in jax.tree_util.tree_leaves_with_path(g)}
+        threshold = float(np.median(list(norms.values())))
+        assert min(norms.values()) < threshold < max(norms.values())  # some clip, some not
+        want = jax.tree.map(
+            lambda p, d, t=threshold: p - d * min(1.0, t / np.linalg.norm(d)), p0, g)
         _close(_step(data, 1.0, execution, gradient_threshold=threshold), want)
 
 
 @pytest.mark.parametrize("method", ["global-l2norm", "absolute-value"])
-def test_global_norm_and_absolute_value_thresholds(start, method):
-    data, p0, g = start
+def test_global_norm_and_absolute_value_thresholds(starts, method):
+    data, p0, g = starts()
     flat = np.concatenate([leaf.ravel() for leaf in jax.tree.leaves(g)])
     if method == "global-l2norm":  # the whole gradient scaled to the threshold
         threshold = 0.5 * np.linalg.norm(flat)
@@ -53,11 +54,11 @@ def test_global_norm_and_absolute_value_thresholds(start, method):
     _close(got, want)
 
 
-def test_rmsprop_first_step_is_matlab_s_formula(start):
+def test_rmsprop_first_step_is_matlab_s_formula(starts):
     """MATLAB's RMSProp: v = beta2 v + (1 - beta2) g^2 (beta2 = 0.9, v starting at 0),
     w -= rate g / (sqrt(v) + epsilon). Compared where the gradient is above the rounding
     noise of its recovery (conv biases feeding batch norm have a zero gradient)."""
-    data, p0, g = start
+    data, p0, g = starts()
     rate = 1e-3
     got = _step(data, rate, solver="rmsprop")
     for a, p, d in zip(jax.tree.leaves(got), jax.tree.leaves(p0), jax.tree.leaves(g)):
