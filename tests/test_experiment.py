@@ -52,19 +52,20 @@ def _by_hand(depth: int, seed: int):
 
 
 def test_a_grid_of_four_from_the_cli_equals_the_four_train_calls_run_by_hand(tmp_path):
+    # Depth varies fastest: the two slots compile the two depths, the second seeds load them.
     result = subprocess.run(
         [sys.executable, "-m", "jaxflowers", "sweep", "--recipe", "digits", "--data", "digits",
-         "--param", "depth=1,2", "--param", "seed=0,1", "--epochs", "1", "--devices", "2",
+         "--param", "seed=0,1", "--param", "depth=1,2", "--epochs", "1", "--devices", "2",
          "--out", "out"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = tmp_path / "out"
-    lines = re.findall(r"^Trial (\d) complete: validation_accuracy ([\d.]+)% \| depth=(\d) "
-                       r"seed=(\d) \| [\d.]+ s on CPU device \d \| rank \d of \d$",
+    lines = re.findall(r"^Trial (\d) complete: validation_accuracy ([\d.]+)% \| seed=(\d) "
+                       r"depth=(\d) \| [\d.]+ s on CPU device \d \| rank \d of \d$",
                        result.stdout, re.M)
-    assert sorted((int(d), int(s)) for _, _, d, s in lines) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert sorted((int(d), int(s)) for _, _, s, d in lines) == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert re.search(r"^Test accuracy of trial \d: [\d.]+% \(180 images\)$", result.stdout, re.M)
     table = jf.sweep.Experiment(recipe="digits", data="digits", out_dir=out,
-                                params={"depth": [1, 2], "seed": [0, 1]},
+                                params={"seed": [0, 1], "depth": [1, 2]},
                                 options={"max_epochs": 1}).table()
     assert table["state"].tolist() == ["complete"] * 4
     assert table["objective"].is_monotonic_decreasing  # best first

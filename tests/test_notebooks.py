@@ -96,11 +96,11 @@ def html(cell) -> list:
 
 @pytest.mark.slow
 def test_experiment_notebook_runs_a_small_random_search_and_resumes(tmp_path):
-    """Four trials of two epochs on the digits (two CPU slots), pruned by the median; then
+    """Four trials of one epoch on the digits (two CPU slots), pruned by the median; then
     the same experiment again, which finds nothing left to run."""
     notebook = run_notebook("experiment.ipynb", tmp_path, "result.test_accuracy",
                             XLA_FLAGS="--xla_backend_optimization_level=0",
-                            JAXFLOWERS_NOTEBOOK_TRIALS="4", JAXFLOWERS_NOTEBOOK_EPOCHS="2")
+                            JAXFLOWERS_NOTEBOOK_TRIALS="4", JAXFLOWERS_NOTEBOOK_EPOCHS="1")
     running = cell_running(notebook, "experiment.run(devices")
     assert len(images(running)) == 1  # the live view, updated in place to its last frame
     assert len(html(running)) == 1  # the results table, updated in place
