@@ -1,6 +1,9 @@
 """The recipe registry: MATLAB's two examples verbatim, the tuned variant, models and data by
 name, and the Flowers example's validation schedule on real photos."""
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -154,3 +157,24 @@ def test_reading_the_registry_imports_no_jax():
             "print(sorted(m for m in ('jax', 'flax') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_digits_are_scikit_learns_read_without_importing_it():
+    """``jf.data.digits`` reads the file ``load_digits`` reads (same pixels and labels), and a
+    process that only trains on the digits does not pay scikit-learn's import."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    data = jf.data.digits(image_size=(16, 16))
+    small = np.clip(np.rint(bunch.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
+    want = np.stack([np.asarray(Image.fromarray(i).resize((16, 16), Image.Resampling.BICUBIC))
+                     for i in small])
+    np.testing.assert_array_equal(data.images[..., 0], want)
+    np.testing.assert_array_equal(data.labels, bunch.target)
+    assert data.images.shape == (1797, 16, 16, 3) and data.class_names[9] == "9"
+    code = ("import sys, jaxflowers as jf; jf.data.digits(); "
+            "print('sklearn' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert result.stdout.split() == ["False"], result.stderr[-2000:]
