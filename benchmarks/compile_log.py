@@ -6,7 +6,7 @@
 Runs the command once per tree per round, alternating (old, new, then new, old, ...), each
 in a fresh process with that tree first on ``PYTHONPATH``, the compilation cache off and
 ``JAX_LOG_COMPILES=1``. Prints per run the wall time, the CLI's "Compile" figure and the
-seconds JAX's log gives each program (tracing, lowering, XLA compilation), then a table of
+seconds JAX's log gives each program (lowering, XLA compilation), then a table of
 the programs' compile seconds per tree. The command's ``{out}`` is replaced by a fresh folder.
 """
 import argparse
@@ -15,15 +15,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 
-PHASES = {"Finished tracing + transforming": "trace",
-          "Finished jaxpr to MLIR module conversion": "lower",
+PHASES = {"Finished jaxpr to MLIR module conversion": "lower",
           "Finished XLA compilation of": "compile"}
-LINE = re.compile(r"(Finished tracing \+ transforming|Finished jaxpr to MLIR module conversion"
-                  r"|Finished XLA compilation of) (.+?) (?:for \S+ )?in ([\d.e-]+) sec")
+LINE = re.compile(f"({'|'.join(map(re.escape, PHASES))}) (.+?) in ([\\d.e-]+) sec")
 
 
 def parse(log: str) -> dict:
@@ -91,4 +88,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -29,13 +29,13 @@ def _digits_8x8() -> tuple[np.ndarray, np.ndarray]:
     """float (1797, 8, 8) pixels 0-16 and int labels, as ``sklearn.datasets.load_digits``."""
     # The file load_digits reads, read without importing scikit-learn (1-1.5 s a process).
     spec = importlib.util.find_spec("sklearn")
-    file = pathlib.Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz" \
-        if spec and spec.origin else None
-    if file is None or not file.is_file():
-        from sklearn.datasets import load_digits
+    if spec and spec.origin:
+        file = pathlib.Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"
+        if file.is_file():
+            with gzip.open(file, "rt") as f:
+                table = np.loadtxt(f, delimiter=",")
+            return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(int)
+    from sklearn.datasets import load_digits
 
-        bunch = load_digits()
-        return bunch.images, bunch.target
-    with gzip.open(file, "rt") as f:
-        table = np.loadtxt(f, delimiter=",")
-    return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(int)
+    bunch = load_digits()
+    return bunch.images, bunch.target
