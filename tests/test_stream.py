@@ -1,6 +1,7 @@
 """Streaming from the host: the plan it reads, its equality with resident training, the choice."""
 import contextlib
 import io
+import threading
 
 import jax
 import numpy as np
@@ -117,3 +118,27 @@ def test_a_streamed_folder_is_read_batch_by_batch_never_loaded_whole(tmp_path, m
     for a, b in zip(streamed_net.normalization, resident_net.normalization):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(streamed.loss, resident.loss, rtol=1e-5)
+
+
+def test_a_streamed_run_stopped_early_leaves_no_thread_and_resumes_to_the_whole_run(digits,
+                                                                                    tmp_path):
+    """grain reads the batches ahead in threads: a run that stops early ends them, and a
+    run resumed from its checkpoint reads the rest of the same plan."""
+    data = digits.subset(np.arange(50))  # batch 8: 6 iterations per epoch, 60 in all
+    opts = jf.TrainingOptions(solver="adam", initial_learn_rate=0.01, mini_batch_size=8,
+                              max_epochs=10, seed=3, verbose=False,
+                              checkpoint_frequency=2, checkpoint_frequency_unit="iteration")
+    stream = jf.ExecutionOptions(data_placement="stream")
+    model = jf.models.cifar_net(1, num_classes=10)
+    whole_net, whole = jf.train(data, model, opts, execution=stream)
+    stop_at_5 = lambda m: m["state"] == "iteration" and m["iteration"] == 5
+    _, stopped = jf.train(data, model, opts.replace(output_fn=stop_at_5,
+                                                    checkpoint_path=str(tmp_path)),
+                          execution=stream)
+    assert stopped.stopped_early and len(stopped.loss) < 12  # far from the plan's end
+    threads = [t.name for t in threading.enumerate() if t.name.startswith("grain")]
+    assert not threads, f"the stopped run left its readers running: {threads}"
+    net, resumed = jf.train(data, model, opts.replace(checkpoint_path=str(tmp_path)),
+                            execution=stream, resume=tmp_path)
+    np.testing.assert_allclose(resumed.loss, whole.loss, rtol=1e-5)  # iterations 1-60
+    _assert_close(net.variables["params"], whole_net.variables["params"])
