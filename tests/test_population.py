@@ -1,5 +1,7 @@
 """Population batch-norm statistics (MATLAB's BatchNormalizationStatistics="population"):
 exact moments of every layer's input over the data, through the public train/predict path."""
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -128,3 +130,37 @@ def test_train_s_pass_on_four_devices_equals_one_pass_on_one_device(digits, plac
     plain = population_statistics(net, digits.subset(np.arange(96)), mini_batch_size=16)
     assert not np.allclose(plain.variables["batch_stats"]["BatchNorm_2"]["var"],
                            net.variables["batch_stats"]["BatchNorm_2"]["var"], rtol=1e-3)
+
+
+def test_training_starts_before_the_pass_is_compiled_and_its_failure_is_raised(digits,
+                                                                               monkeypatch):
+    """The pass runs once, after the last iteration: it compiles while the network trains
+    (here it cannot finish before the first iteration is reported), and an error in its
+    compilation reaches the caller of ``train``."""
+    from jaxflowers.training import population
+
+    compile_pass, first_iteration = population.compile_pass, threading.Event()
+
+    def after_the_first_iteration(program):
+        assert first_iteration.wait(timeout=120), "training waited for the population pass"
+        return compile_pass(program)
+
+    def note(message):
+        if message["state"] == "iteration":
+            first_iteration.set()
+        return False
+
+    data = digits.subset(np.arange(64))
+    opts = jf.TrainingOptions(mini_batch_size=16, max_epochs=1, verbose=False, output_fn=note)
+    monkeypatch.setattr(population, "compile_pass", after_the_first_iteration)
+    net, info = jf.train(data, jf.models.cifar_net(1), opts)
+    reference = population_statistics(net, data, mini_batch_size=16)
+    jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5),
+                 net.variables["batch_stats"], reference.variables["batch_stats"])
+
+    def broken(program):
+        raise RuntimeError("no population pass here")
+
+    monkeypatch.setattr(population, "compile_pass", broken)
+    with pytest.raises(RuntimeError, match="no population pass here"):
+        jf.train(data, jf.models.cifar_net(1), opts)

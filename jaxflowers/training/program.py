@@ -68,6 +68,26 @@ class _Clock:
         return run
 
 
+class _AfterTraining:
+    """A program needed only after the last iteration, compiled in a thread of its own while
+    training runs; calling it with ``variables`` waits for it, then runs it on ``arrays``."""
+
+    def __init__(self, compile_fn: Callable, program, arrays, stats):
+        self._arrays, self._stats = arrays, stats
+        self._compiled: concurrent.futures.Future = concurrent.futures.Future()
+        threading.Thread(target=self._compile, args=(compile_fn, program), daemon=True,
+                         name="jaxflowers-compile-after").start()  # daemon: never holds exit
+
+    def _compile(self, compile_fn: Callable, program) -> None:
+        try:
+            self._compiled.set_result(compile_fn(program))
+        except BaseException as error:  # noqa: BLE001 (raised to the caller of __call__)
+            self._compiled.set_exception(error)
+
+    def __call__(self, variables):
+        return self._compiled.result()(variables, arrays=self._arrays, stats=self._stats)
+
+
 class TrainProgram:
     """Compiles and runs one training's programs on ``parallel``'s devices.
 
@@ -120,7 +140,8 @@ class TrainProgram:
 
     def prepare(self, validation_data=None, restored: dict | None = None, start: int = 0,
                 *, checkpoints: bool = False, snapshots: bool = False) -> Ready:
-        """Place and compile everything at once, in threads (compiling needs only shapes).
+        """Place and compile everything at once, in threads (compiling needs only shapes); the
+        population pass compiles while training runs.
 
         ``restored`` is a tree-form host state to continue at iteration ``start``; ``snapshots``:
         validations keep copies of the networks they score."""
@@ -139,8 +160,6 @@ class TrainProgram:
                                validation_data is not None or self.recomputes_statistics)),
                            ("_snapshot", stored, snapshots and validation_data is not None),
                            ("_to_tree", self.state_shapes, checkpoints)) if due]
-            passes = (pool.submit(compiling(population.compile_pass), self)
-                      if self.recomputes_statistics else None)
             validation = None
             if validation_data is not None:
                 abstract = self.forward.abstract(len(validation_data), self.input_shape)
@@ -154,14 +173,15 @@ class TrainProgram:
             arrays, stats, normalization = placed.result()
             run = feeding.runner(self.parallel, self.feed, block.result(), arrays, stats)
             ready = Ready(state.result(), run, normalization)
-            if passes is not None:
-                ready.population = functools.partial(passes.result(), arrays=arrays,
-                                                     stats=stats)
             if validation:
                 validation[1].result()  # raises what the compilation raised
                 ready.validation = (validation[0].result(),
                                     np.asarray(validation_data.labels, np.int64), stats)
         ready.seconds = dict(clock.ends)
+        if self.recomputes_statistics:
+            # why after the set-up: it runs once, after the last iteration, and compiled beside
+            # the training block it slowed the block's compile
+            ready.population = _AfterTraining(population.compile_pass, self, arrays, stats)
         return ready
 
     def _compile_reader(self, name: str, shapes) -> None:
