@@ -129,7 +129,7 @@ def test_a_background_file_is_drawn_while_the_caller_goes_on(tmp_path):
     import threading
 
     release = threading.Event()
-    release.set()  # the empty frame at creation is drawn by the caller, at once
+    release.set()  # the empty frame at creation: drawn by the writer too
 
     class Held(Counter):
         background = True
@@ -139,7 +139,8 @@ def test_a_background_file_is_drawn_while_the_caller_goes_on(tmp_path):
             super()._draw(fig)
 
     path = tmp_path / "live.png"
-    plot = Held(min_interval=0, path=path)  # the empty frame: written at once
+    plot = Held(min_interval=0, path=path)  # the empty frame, asked of the writer
+    plot.flush()
     first, drawn = path.read_bytes(), plot.draws
     release.clear()
     plot.add(1)

@@ -4,6 +4,7 @@ import importlib
 import io
 import re
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -367,3 +368,22 @@ def jax_leaves(tree):
     import jax
 
     return jax.tree.leaves(tree)
+
+
+def test_setup_time_runs_from_the_call_to_the_first_step(digits, tmp_path):
+    """``info.setup_time`` holds all that comes before training: the checks, building and
+    compiling the programs, placing the data, and the progress view's first frame."""
+    started = {}
+
+    def note(message):
+        started.setdefault(message["state"], time.perf_counter())
+        return False
+
+    opts = jf.TrainingOptions(mini_batch_size=16, max_epochs=1, verbose=False, output_fn=note,
+                              plots="training-progress", plots_path=tmp_path / "progress.png")
+    data, model, train = digits.subset(np.arange(64)), jf.models.cifar_net(1), jf.train
+    called = time.perf_counter()
+    _, info = train(data, model, opts)
+    before_training = started["start"] - called
+    assert before_training - 0.25 < info.setup_time < before_training + 0.25
+    assert started["iteration"] - called < info.setup_time + info.train_time

@@ -134,7 +134,8 @@ def test_without_a_display_the_file_is_rewritten_at_each_validation(tmp_path, mo
     plot = TrainingProgressPlot(max_epochs=3, iterations_per_epoch=4, validation_frequency=4,
                                 hardware="4 x cpu", min_interval=0)
     path = tmp_path / DEFAULT_PATH
-    empty = path.read_bytes()  # written at once, so it can be opened while training
+    plot.flush()  # the empty frame, written beside the caller, can be opened while training
+    empty = path.read_bytes()
     plot.update(make_info(3))  # no validation yet: the file stays as it was
     plot.flush()
     assert path.read_bytes() == empty

@@ -83,7 +83,10 @@ class LiveFigure:
         self._queue = threading.Condition()  # background writes asked for and done
         self._asked = self._written = 0
         self._writer: threading.Thread | None = None
-        self._changed(force=True)  # show it (empty) where it was created
+        if self.background and self.path is not None and not (self._jupyter or self.window):
+            self._ask_writer()  # the empty frame too: the caller goes on while it is drawn
+        else:
+            self._changed(force=True)  # show it (empty) where it was created
         if not (self._jupyter or self.window):
             self._cost = 0.0  # writing an empty figure says little of the next files' cost
 
@@ -153,8 +156,9 @@ class LiveFigure:
                 asked = self._asked
             start = time.monotonic()
             self._write(self.path)
-            self._last = time.monotonic()
-            self._cost = self._last - start
+            if self._written:  # the first is the empty frame: it says little of the cost
+                self._last = time.monotonic()
+                self._cost = self._last - start
             with self._queue:
                 self._written = asked
                 self._queue.notify_all()

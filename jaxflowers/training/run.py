@@ -56,6 +56,7 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     Raises:
       ValueError: data, model and options that do not fit together (naming both sides).
     """
+    called = time.perf_counter()  # info.setup_time runs from here to the first step
     if not isinstance(options, TrainingOptions):
         raise TypeError(f"options must be TrainingOptions, not {type(options).__name__}")
     model, start = ((model.model, model) if isinstance(model, (Pretrained, TrainedNet))
@@ -83,7 +84,7 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
               if resume is not None or options.checkpoint_path is not None else None)
     restored = (resume_lib.restore(resume, shapes, options, data, model=program.model,
                                    data_digest=digest) if resume is not None else None)
-    return _Run(program, options, parallel, data, restored, digest).execute()
+    return _Run(program, options, parallel, data, restored, digest).execute(called)
 
 
 class _Run:
@@ -99,8 +100,8 @@ class _Run:
         self.history.max_epochs = options.max_epochs
         self.total = steps * options.max_epochs
 
-    def execute(self) -> tuple[TrainedNet, TrainingInfo]:
-        t0 = time.perf_counter()
+    def execute(self, called: float) -> tuple[TrainedNet, TrainingInfo]:
+        """Train; ``called``: ``time.perf_counter()`` when ``train`` was called."""
         checkpoints = self._checkpointer()
         with signals.catch() as interrupt:
             try:
@@ -108,9 +109,9 @@ class _Run:
                     self.options.validation_data, self.restored and self.restored.state,
                     self.start, checkpoints=checkpoints is not None,
                     snapshots=keeps_networks(self.options))
-                setup_time = time.perf_counter() - t0
                 progress = self._progress()
                 progress.start(self._summary())
+                setup_time = time.perf_counter() - called
                 early_stopping = self._early_stopping()
                 loop = TrainingLoop(self.program, ready, progress, self._schedule(),
                                     look_ahead=_look_ahead(self.options, self.parallel),
