@@ -132,6 +132,10 @@ def _wait_for(study_dir: pathlib.Path, complete: int, running: int, caller, time
         except Exception:  # noqa: BLE001 (the study is not made yet)
             pass
         time.sleep(0.5)
+    if caller.poll() is not None:  # it ended before that point: say why
+        raise AssertionError(f"no {complete} complete and {running} running trials: the caller "
+                             f"exited with code {caller.returncode}:\n"
+                             f"{caller.stdout.read()[-3000:]}")
     raise AssertionError(f"no {complete} complete and {running} running trials in time")
 
 
