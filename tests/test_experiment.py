@@ -91,13 +91,13 @@ def test_pruning_stops_a_trial_early_and_the_table_says_where(tmp_path):
     first trial at that iteration, so the median pruner stops it there."""
     experiment = jf.sweep.Experiment(
         recipe="digits", data="digits", params={"initial_learn_rate": [1e-2, 1e-7]},
-        options={"max_epochs": 2, "validation_frequency": 6}, out_dir=tmp_path,
+        options={"max_epochs": 1, "validation_frequency": 6}, out_dir=tmp_path,
         pruner=optuna.pruners.MedianPruner(n_startup_trials=1))
     with jf.sweep.DevicePool(1, log_dir=tmp_path / "logs") as pool:
         result = experiment.run(pool, test=False, live=False, stream=open(os.devnull, "w"))
     table = result.table.set_index("trial")
     assert table["state"].tolist() == ["complete", "pruned"]
-    assert (table["iterations"][0], table["pruned_at_iteration"][1]) == (22, 6)
+    assert (table["iterations"][0], table["pruned_at_iteration"][1]) == (11, 6)
     assert table["stop_reason"][1] == "pruned at iteration 6"
     assert table["objective"][1] == table["best_validation_accuracy"][1] < 15
     log = pathlib.Path(table["log"][1]).read_text()
@@ -170,8 +170,9 @@ def test_sigkill_of_the_caller_then_a_rerun_finishes_only_the_missing_trials(tmp
 
 
 def test_a_two_device_trial_runs_beside_one_device_trials_on_four_devices(tmp_path):
+    # The 1-device trials are the grid's depths 1 and 2 above: they load its programs.
     experiment = jf.sweep.Experiment(
-        recipe="digits", data="digits", params={"num_devices": [1, 2], "width": [4, 6]},
+        recipe="digits", data="digits", params={"num_devices": [1, 2], "depth": [1, 2]},
         trials=3, options={"max_epochs": 1}, out_dir=tmp_path)
     with jf.sweep.DevicePool(4, log_dir=tmp_path / "logs") as pool:
         result = experiment.run(pool, test=False, live=False, stream=open(os.devnull, "w"))
