@@ -53,10 +53,20 @@ def _by_hand(depth: int, seed: int):
 
 def test_a_grid_of_four_from_the_cli_equals_the_four_train_calls_run_by_hand(tmp_path):
     # Depth varies fastest: the two slots compile the two depths, the second seeds load them.
-    result = subprocess.run(
-        [sys.executable, "-m", "jaxflowers", "sweep", "--recipe", "digits", "--data", "digits",
-         "--param", "seed=0,1", "--param", "depth=1,2", "--epochs", "1", "--devices", "2",
-         "--out", "out"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=280)
+    with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
+        sweep = subprocess.Popen(
+            [sys.executable, "-m", "jaxflowers", "sweep", "--recipe", "digits", "--data",
+             "digits", "--param", "seed=0,1", "--param", "depth=1,2", "--epochs", "1",
+             "--devices", "2", "--out", "out"], cwd=tmp_path, env=_env(), stdout=stdout,
+            stderr=stderr, text=True)
+        try:  # the trainings by hand run here meanwhile: the sweep leaves a core idle at times
+            by_hand = {(depth, seed): _by_hand(depth, seed) for depth in (1, 2) for seed in (0, 1)}
+            sweep.wait(timeout=280)
+        finally:
+            sweep.kill()
+    result = subprocess.CompletedProcess(sweep.args, sweep.returncode,
+                                         (tmp_path / "stdout").read_text(),
+                                         (tmp_path / "stderr").read_text())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = tmp_path / "out"
     lines = re.findall(r"^Trial (\d) complete: validation_accuracy ([\d.]+)% \| seed=(\d) "
@@ -70,7 +80,7 @@ def test_a_grid_of_four_from_the_cli_equals_the_four_train_calls_run_by_hand(tmp
     assert table["state"].tolist() == ["complete"] * 4
     assert table["objective"].is_monotonic_decreasing  # best first
     for row in table.itertuples():
-        net, info = _by_hand(row.depth, row.seed)
+        net, info = by_hand[row.depth, row.seed]
         history = np.genfromtxt(row.metrics, delimiter=",", names=True)
         np.testing.assert_array_equal(history["loss"], info.loss)
         assert row.final_validation_accuracy == info.final_validation_accuracy
