@@ -129,6 +129,7 @@ def main() -> int:
     # A lost process is noticed within ~10 s, so the kill test ends well inside a minute.
     distributed.initialize(heartbeat_timeout_seconds=10)
     second_call_error = _refusal(distributed.initialize)
+    jf.enable_compilation_cache()  # $JAXFLOWERS_COMPILE_CACHE: "terminated" loads "forever"'s
     if args.task == "train":
         _train_task(args.out, second_call_error)
     elif args.task == "terminated":

@@ -46,6 +46,7 @@ import os, signal, sys
 sys.path.insert(0, {tests!r})
 import test_checkpoint as t
 import jaxflowers as jf
+jf.enable_compilation_cache()  # $JAXFLOWERS_COMPILE_CACHE: what the tests compiled loads
 def output_fn(message):
     if message["state"] == "iteration" and message["iteration"] == 2 * t.EPOCH + 3:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -94,7 +95,8 @@ def test_resume_on_another_device_count_gives_the_same_numbers(tmp_path):
     sync = jf.ExecutionOptions(sync_batch_norm=True)
     recipe = dict(solver="sgdm", initial_learn_rate=0.05, max_epochs=2)
     net_ref, info_ref = jf.train(train, _model(), _options(**recipe), execution=sync)
-    jf.train(train, _model(), _options(tmp_path, **dict(recipe, max_epochs=1)), execution=sync)
+    first_epoch = lambda message: message.get("iteration") == EPOCH  # noqa: E731 (stops there)
+    jf.train(train, _model(), _options(tmp_path, output_fn=first_epoch, **recipe), execution=sync)
     net, info = jf.train(train, _model(), _options(**recipe), resume=tmp_path,
                          execution=sync.replace(num_devices=1))
     for a, b in zip(jax.tree.leaves(net.variables), jax.tree.leaves(net_ref.variables)):
@@ -105,9 +107,9 @@ def test_resume_on_another_device_count_gives_the_same_numbers(tmp_path):
 
 def test_checkpoints_follow_frequency_and_unit_and_keep_the_newest(tmp_path):
     train, _ = _data()
-    _, info = jf.train(train, _model(), _options(tmp_path / "e", max_epochs=4, checkpoint_keep=2))
-    assert _steps(tmp_path / "e") == [3 * EPOCH, 4 * EPOCH]
-    assert info.checkpoint == str(tmp_path / "e" / f"iteration_{4 * EPOCH}")
+    _, info = jf.train(train, _model(), _options(tmp_path / "e", checkpoint_keep=2))  # 3 epochs
+    assert _steps(tmp_path / "e") == [2 * EPOCH, 3 * EPOCH]
+    assert info.checkpoint == str(tmp_path / "e" / f"iteration_{3 * EPOCH}")
     jf.train(train, _model(), _options(tmp_path / "i", max_epochs=1, checkpoint_frequency=4,
                                        checkpoint_frequency_unit="iteration"))
     assert _steps(tmp_path / "i") == [4]
@@ -119,6 +121,7 @@ import sys
 sys.path.insert(0, {tests!r})
 import test_checkpoint as t
 import jaxflowers as jf
+jf.enable_compilation_cache()
 train, _ = t._data()
 print("started", flush=True)
 jf.train(train, t._model(), t._options({path!r}, max_epochs=200, checkpoint_frequency=1,
@@ -130,18 +133,26 @@ jf.train(train, t._model(), t._options({path!r}, max_epochs=200, checkpoint_freq
 def test_a_kill_during_a_save_leaves_a_usable_checkpoint(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     train, _ = _data()
-    for delay in (0.3, 0.9):
+    delays = (0.3, 0.9)
+    processes = [subprocess.Popen([sys.executable, "-c", SAVING.format(
+        tests=str(ROOT / "tests"), path=str(tmp_path / str(delay)))], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for delay in delays]
+    try:  # side by side: each is killed after its own delay
+        for delay, process in zip(delays, processes):
+            folder = tmp_path / str(delay)
+            assert process.stdout.readline().strip() == "started"
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline and len(list(folder.glob("*"))) < 4:
+                time.sleep(0.05)  # several checkpoints written, more on their way
+            time.sleep(delay)
+            process.kill()
+            process.wait(30)
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(30)
+    for delay in delays:
         folder = tmp_path / str(delay)
-        process = subprocess.Popen([sys.executable, "-c", SAVING.format(
-            tests=str(ROOT / "tests"), path=str(folder))], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True)
-        assert process.stdout.readline().strip() == "started"
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and len(list(folder.glob("*"))) < 4:
-            time.sleep(0.05)  # several checkpoints written, more on their way
-        time.sleep(delay)
-        process.kill()
-        process.wait(30)
         complete = _steps(folder)
         assert complete, list(folder.iterdir())
         net, info = jf.train(train, _model(), _options(
@@ -170,6 +181,7 @@ import os, signal, sys
 sys.path.insert(0, {tests!r})
 import test_checkpoint as t
 import jaxflowers as jf
+jf.enable_compilation_cache()
 def output_fn(message):
     if message["state"] == "iteration" and message["iteration"] == 5:
         os.kill(os.getpid(), signal.{signal})  # Ctrl-C in a terminal, or kill / Slurm

@@ -87,6 +87,7 @@ def test_a_folder_turned_read_only_mid_run_is_a_warning_and_training_goes_on(tmp
     with _small_disk(tmp_path / "disk", "64m") as disk:
         script = (f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
                   "import subprocess, test_checkpoint as t, jaxflowers as jf\n"
+                  "jf.enable_compilation_cache()\n"
                   "def output_fn(message):\n"
                   "    if message.get('iteration') == 8 and message['state'] == 'iteration':\n"
                   f"        subprocess.run(['mount', '-o', 'remount,ro', {str(disk)!r}], "
@@ -123,6 +124,7 @@ def test_a_fresh_run_refuses_a_folder_holding_another_runs_checkpoints(tmp_path)
 def test_two_live_runs_cannot_share_a_folder_and_a_dead_ones_lock_is_gone(tmp_path):
     script = (f"import sys, time; sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
               "import test_checkpoint as t, jaxflowers as jf\n"
+              "jf.enable_compilation_cache()\n"
               "train, _ = t._data()\n"
               "jf.train(train, t._model(), t._options("
               f"{str(tmp_path)!r}, max_epochs=50, validation_data=None, "

@@ -53,10 +53,20 @@ def _by_hand(depth: int, seed: int):
 
 def test_a_grid_of_four_from_the_cli_equals_the_four_train_calls_run_by_hand(tmp_path):
     # Depth varies fastest: the two slots compile the two depths, the second seeds load them.
-    result = subprocess.run(
-        [sys.executable, "-m", "jaxflowers", "sweep", "--recipe", "digits", "--data", "digits",
-         "--param", "seed=0,1", "--param", "depth=1,2", "--epochs", "1", "--devices", "2",
-         "--out", "out"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=280)
+    with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
+        sweep = subprocess.Popen(
+            [sys.executable, "-m", "jaxflowers", "sweep", "--recipe", "digits", "--data",
+             "digits", "--param", "seed=0,1", "--param", "depth=1,2", "--epochs", "1",
+             "--devices", "2", "--out", "out"], cwd=tmp_path, env=_env(), stdout=stdout,
+            stderr=stderr, text=True)
+        try:  # the trainings by hand run here meanwhile: the sweep leaves a core idle at times
+            by_hand = {(depth, seed): _by_hand(depth, seed) for depth in (1, 2) for seed in (0, 1)}
+            sweep.wait(timeout=280)
+        finally:
+            sweep.kill()
+    result = subprocess.CompletedProcess(sweep.args, sweep.returncode,
+                                         (tmp_path / "stdout").read_text(),
+                                         (tmp_path / "stderr").read_text())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = tmp_path / "out"
     lines = re.findall(r"^Trial (\d) complete: validation_accuracy ([\d.]+)% \| seed=(\d) "
@@ -70,7 +80,7 @@ def test_a_grid_of_four_from_the_cli_equals_the_four_train_calls_run_by_hand(tmp
     assert table["state"].tolist() == ["complete"] * 4
     assert table["objective"].is_monotonic_decreasing  # best first
     for row in table.itertuples():
-        net, info = _by_hand(row.depth, row.seed)
+        net, info = by_hand[row.depth, row.seed]
         history = np.genfromtxt(row.metrics, delimiter=",", names=True)
         np.testing.assert_array_equal(history["loss"], info.loss)
         assert row.final_validation_accuracy == info.final_validation_accuracy
@@ -91,13 +101,13 @@ def test_pruning_stops_a_trial_early_and_the_table_says_where(tmp_path):
     first trial at that iteration, so the median pruner stops it there."""
     experiment = jf.sweep.Experiment(
         recipe="digits", data="digits", params={"initial_learn_rate": [1e-2, 1e-7]},
-        options={"max_epochs": 2, "validation_frequency": 6}, out_dir=tmp_path,
+        options={"max_epochs": 1, "validation_frequency": 6}, out_dir=tmp_path,
         pruner=optuna.pruners.MedianPruner(n_startup_trials=1))
     with jf.sweep.DevicePool(1, log_dir=tmp_path / "logs") as pool:
         result = experiment.run(pool, test=False, live=False, stream=open(os.devnull, "w"))
     table = result.table.set_index("trial")
     assert table["state"].tolist() == ["complete", "pruned"]
-    assert (table["iterations"][0], table["pruned_at_iteration"][1]) == (22, 6)
+    assert (table["iterations"][0], table["pruned_at_iteration"][1]) == (11, 6)
     assert table["stop_reason"][1] == "pruned at iteration 6"
     assert table["objective"][1] == table["best_validation_accuracy"][1] < 15
     log = pathlib.Path(table["log"][1]).read_text()
@@ -132,6 +142,10 @@ def _wait_for(study_dir: pathlib.Path, complete: int, running: int, caller, time
         except Exception:  # noqa: BLE001 (the study is not made yet)
             pass
         time.sleep(0.5)
+    if caller.poll() is not None:  # it ended before that point: say why
+        raise AssertionError(f"no {complete} complete and {running} running trials: the caller "
+                             f"exited with code {caller.returncode}:\n"
+                             f"{caller.stdout.read()[-3000:]}")
     raise AssertionError(f"no {complete} complete and {running} running trials in time")
 
 
@@ -166,8 +180,9 @@ def test_sigkill_of_the_caller_then_a_rerun_finishes_only_the_missing_trials(tmp
 
 
 def test_a_two_device_trial_runs_beside_one_device_trials_on_four_devices(tmp_path):
+    # The 1-device trials are the grid's depths 1 and 2 above: they load its programs.
     experiment = jf.sweep.Experiment(
-        recipe="digits", data="digits", params={"num_devices": [1, 2], "width": [4, 6]},
+        recipe="digits", data="digits", params={"num_devices": [1, 2], "depth": [1, 2]},
         trials=3, options={"max_epochs": 1}, out_dir=tmp_path)
     with jf.sweep.DevicePool(4, log_dir=tmp_path / "logs") as pool:
         result = experiment.run(pool, test=False, live=False, stream=open(os.devnull, "w"))

@@ -84,6 +84,6 @@ def test_a_fine_tuning_run_resumes_exactly_and_a_trained_net_trains_on(digits, l
     resumed, _ = jf.train(data, loaded, opts.replace(checkpoint_path=tmp_path),
                           resume=tmp_path)
     assert _same(resumed.variables, whole.variables)
-    again, _ = jf.train(data, whole, opts.replace(max_epochs=1))
+    again, _ = jf.train(data, whole, opts)  # the programs above, loaded
     assert _same(again.variables["params"]["conv_init"], loaded.variables["params"]["conv_init"])
     np.testing.assert_array_equal(again.normalization[1], loaded.normalization[1])

@@ -12,7 +12,7 @@ def test_cifar_net_learns_real_cifar10_sample(shared_data, tmp_path):
     assert len(train) == 5000 and len(test) == 1000
     assert train.class_names == test.class_names and len(train.class_names) == 10
     opts = jf.TrainingOptions(solver="adam", initial_learn_rate=2e-3, mini_batch_size=128,
-                              max_epochs=4, shuffle="every-epoch", verbose=False,
+                              max_epochs=2, shuffle="every-epoch", verbose=False,
                               augmentation=jf.data.Augmentation(reflect_x=True))
     net, info = jf.train(train, jf.models.cifar_net(1), opts)
     assert info.loss[-10:].mean() < info.loss[:10].mean()

@@ -470,7 +470,7 @@ def test_job_options_route_execution_fields_and_name_what_is_wrong():
 @pytest.mark.slow
 def test_train_job_end_to_end(tmp_path):
     """The sweep's user path: train_job in a worker, progress to after_each, (net, info) back."""
-    options = {"max_epochs": 3, "mini_batch_size": 128, "validation_frequency": 100,
+    options = {"max_epochs": 2, "mini_batch_size": 128, "validation_frequency": 100,
                "verbose": False, "solver": "adam", "initial_learn_rate": 0.01}
     with sweep.DevicePool(1, log_dir=tmp_path) as pool:
         records, lock = _collect(pool)
