@@ -11,6 +11,7 @@
 set -u
 old=$(realpath "$1") new=$(realpath "$2") data=$3 out=$4
 shift 4
+extra=("$@")
 mkdir -p "$out"
 export JAXFLOWERS_CACHE_DIR=$out/cache JAXFLOWERS_COMPILE_CACHE=$out/xla
 run() {  # tree label [CLI arguments]
@@ -25,7 +26,6 @@ run() {  # tree label [CLI arguments]
     echo "$label rc=$rc wall=$(python3 -c "print(round($t1 - $t0, 1))")" \
          "$(grep -h '^Seconds' "$out/$label.log")" | tee -a "$out/runs.txt"
 }
-extra=("$@")
 run "$new" new-cold
 run "$old" old-warm1
 run "$new" new-warm1

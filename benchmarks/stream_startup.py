@@ -21,6 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 CHILD = r"""
 import json, sys, time
@@ -120,7 +121,7 @@ def main() -> None:
         memmap = write_memmap(args.memmap, args.images, args.size)
         placements.append("stream-memmap")
     trees = [tuple(spec.split("=", 1)) for spec in args.tree or ["installed="]]
-    cache = os.path.join(args.memmap or "/tmp", "stream-bench-xla")
+    cache = os.path.join(args.memmap or tempfile.gettempdir(), "stream-bench-xla")
     rows = []
     for name, tree in trees:
         if "cold" in args.measure:

@@ -83,12 +83,17 @@ class LiveFigure:
         self._queue = threading.Condition()  # background writes asked for and done
         self._asked = self._written = 0
         self._writer: threading.Thread | None = None
-        if self.background and self.path is not None and not (self._jupyter or self.window):
+        if self._by_writer:
             self._ask_writer()  # the empty frame too: the caller goes on while it is drawn
         else:
             self._changed(force=True)  # show it (empty) where it was created
         if not (self._jupyter or self.window):
             self._cost = 0.0  # writing an empty figure says little of the next files' cost
+
+    @property
+    def _by_writer(self) -> bool:
+        """The figure goes only to a file, drawn by the writer thread (``background``)."""
+        return self.background and self.path is not None and not (self._jupyter or self.window)
 
     def _draw(self, fig) -> None:
         raise NotImplementedError
@@ -116,7 +121,7 @@ class LiveFigure:
                 self._draw(self.figure)
 
     def _show(self, *, now: bool = False) -> None:
-        if self.background and not (now or self._jupyter or self.window) and self.path:
+        if self._by_writer and not now:
             self._pending = False
             self._ask_writer()
             return

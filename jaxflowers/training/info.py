@@ -40,8 +40,9 @@ class TrainingInfo:
     final_validation_accuracy: float | None = None  # %
     final_validation_metrics: dict = dataclasses.field(default_factory=dict)  # name -> value
     # Seconds from the call to the first step (setup), and within it, overlapping, until
-    # every program was compiled (the initial state's computed) and until the training and
-    # validation images and their channel statistics were on the devices.
+    # every program the steps and validations need was compiled (the initial state's
+    # computed) and until the training and validation images and their channel statistics
+    # were on the devices. The population pass compiles later, while the network trains.
     setup_time: float = 0.0
     compile_time: float = 0.0
     placing_time: float = 0.0
