@@ -165,14 +165,18 @@ class _PlainCifarNet(nn.Module):
         return nn.Dense(10)(nn.avg_pool(x, (8, 8), (8, 8)).reshape(x.shape[0], -1))
 
 
-@pytest.mark.parametrize("depth", [1, 2])
-def test_cifar_net_gradients_equal_autodiff_of_plain_flax_layers(depth):
+@pytest.mark.parametrize("depth, multiple", [(1, 1), (2, 1), (2, 8)])
+def test_cifar_net_gradients_equal_autodiff_of_plain_flax_layers(depth, multiple):
     """The hand-written batch-norm and max-pool backward passes, in the whole network: same
-    loss, parameter and input gradients and running statistics as flax's autodiff."""
+    loss, parameter and input gradients and running statistics as flax's autodiff; also when
+    the convolutions compute on channels padded to a multiple of 8 (depth 2: 11/22/44 stored,
+    16/24/48 computed), whose stored variables are the plain network's."""
     x = jax.random.normal(jax.random.PRNGKey(1), (16, 32, 32, 3))
     labels = jax.random.randint(jax.random.PRNGKey(2), (16,), 0, 10)
-    ours = jf.models.cifar_net(depth)
+    ours = jf.models.cifar_net(depth, channel_multiple=multiple)
     variables = ours.init(jax.random.PRNGKey(0), x, train=False)
+    assert (jax.tree.map(jnp.shape, variables)
+            == jax.tree.map(jnp.shape, _PlainCifarNet(depth).init(jax.random.PRNGKey(0), x)))
 
     def loss(model):
         def fn(params, x):
@@ -195,6 +199,12 @@ def test_cifar_net_gradients_equal_autodiff_of_plain_flax_layers(depth):
             assert np.abs(got).max() < 1e-6 and np.abs(want).max() < 1e-6
             continue
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("bad", [0, -8, 2.0, True, "8"])
+def test_cifar_net_rejects_a_bad_channel_multiple(bad):
+    with pytest.raises(ValueError, match="channel_multiple"):
+        jf.models.cifar_net(3, channel_multiple=bad)
 
 
 def _at(path, tree):

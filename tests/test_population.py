@@ -164,3 +164,19 @@ def test_training_starts_before_the_pass_is_compiled_and_its_failure_is_raised(d
     monkeypatch.setattr(population, "compile_pass", broken)
     with pytest.raises(RuntimeError, match="no population pass here"):
         jf.train(data, jf.models.cifar_net(1), opts)
+
+
+def test_a_network_computing_on_padded_channels_trains_validates_and_passes_as_stored(digits):
+    """``cifar_net(2, channel_multiple=8)`` computes on 16/24/48 channels and stores
+    11/22/44: training with validation and the population pass keep the stored shapes, and
+    the trained network is the one the plain widths give (same seed)."""
+    data = digits.subset(np.arange(64))
+    opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=0.05, mini_batch_size=16,
+                              max_epochs=1, verbose=False, seed=1,
+                              validation_data=digits.subset(np.arange(64, 84)))
+    padded, info = jf.train(data, jf.models.cifar_net(2, channel_multiple=8), opts)
+    plain, plain_info = jf.train(data, jf.models.cifar_net(2, channel_multiple=1), opts)
+    assert padded.variables["batch_stats"]["BatchNorm_0"]["mean"].shape == (11,)
+    jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-5),
+                 padded.variables, plain.variables)
+    assert info.final_validation_accuracy == pytest.approx(plain_info.final_validation_accuracy)

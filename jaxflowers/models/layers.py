@@ -2,6 +2,7 @@
 
 flax's ``Module.param`` traces every initialiser on every ``apply`` to check the stored shape;
 :func:`param` checks against the shape argument. Names, initial values and outputs are flax's.
+``Conv`` can also compute on more channels than it stores (zeros), which tensor cores want.
 """
 from __future__ import annotations
 
@@ -35,7 +36,24 @@ class _DirectParams:
 
 
 class Conv(_DirectParams, nn.Conv):
-    """``flax.linen.Conv`` (same attributes), without the per-apply initialiser trace."""
+    """``flax.linen.Conv`` (same attributes), without the per-apply initialiser trace.
+
+    Attributes (besides flax's):
+      stored_features: ``(in, out)`` channels of the stored kernel and bias when the layer
+        computes on more (its input's channels and ``features``): the kernel and bias are
+        zero-padded on the fly, so the stored outputs are unchanged and the extra ones are
+        zero. None: store what it computes, as flax does.
+    """
+
+    stored_features: tuple[int, int] | None = None
+
+    def param(self, name, init_fn, shape, dtype=jnp.float32):
+        if self.stored_features is None:
+            return param(self, name, init_fn, shape, dtype)
+        stored = (*shape[:-2], *self.stored_features) if name == "kernel" else (
+            *shape[:-1], self.stored_features[1])
+        value = param(self, name, init_fn, stored, dtype)
+        return jnp.pad(value, [(0, want - have) for want, have in zip(shape, stored)])
 
 
 class Dense(_DirectParams, nn.Dense):

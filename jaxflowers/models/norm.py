@@ -84,6 +84,9 @@ class BatchNorm(nn.Module):
       axis_name: mesh axis to pool statistics over (synchronised batch norm), or None.
       relu: apply ReLU to the output (fused into the same passes).
       scale_init, bias_init: initialisers of the (C,) parameters.
+      channels: C, the channels stored, when the input has more (zero channels, see
+        ``layers.Conv``): the extra channels get zero scale and bias, so they stay zero.
+        None: the input's channels.
 
     As flax's, ``__call__(x, use_running_average=...)`` overrides the attribute (a frozen
     layer normalises with its stored statistics in training too).
@@ -97,21 +100,29 @@ class BatchNorm(nn.Module):
     relu: bool = False
     scale_init: Callable = nn.initializers.ones
     bias_init: Callable = nn.initializers.zeros
+    channels: int | None = None
 
     @nn.compact
     def __call__(self, x, use_running_average: bool | None = None):
-        channels = x.shape[-1]
+        channels = x.shape[-1] if self.channels is None else self.channels
+        extra = x.shape[-1] - channels
+
+        def pad(value):  # zeros for the extra channels, which keep them zero
+            return jnp.pad(value, (0, extra)) if extra else value
+
         ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((channels,), F32))
         ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((channels,), F32))
-        scale = param(self, "scale", self.scale_init, (channels,))
-        bias = param(self, "bias", self.bias_init, (channels,))
+        scale = pad(param(self, "scale", self.scale_init, (channels,)))
+        bias = pad(param(self, "bias", self.bias_init, (channels,)))
         x = jnp.asarray(x, self.dtype)
         if self.use_running_average if use_running_average is None else use_running_average:
-            mul = lax.rsqrt(ra_var.value + self.epsilon) * scale
-            return _affine(x, ra_mean.value, mul, bias, self.relu, self.dtype)
+            mul = lax.rsqrt(pad(ra_var.value) + self.epsilon) * scale
+            return _affine(x, pad(ra_mean.value), mul, bias, self.relu, self.dtype)
         y, mean, var = batch_norm_train(x, scale, bias, self.epsilon, self.axis_name, self.relu)
         if not self.is_initializing():
             m = self.momentum
+            if extra:
+                mean, var = mean[:channels], var[:channels]
             ra_mean.value = m * ra_mean.value + (1 - m) * lax.stop_gradient(mean)
             ra_var.value = m * ra_var.value + (1 - m) * lax.stop_gradient(var)
         return y

@@ -32,7 +32,8 @@ def _record_moments(next_fun, args, kwargs, context):
     module = context.module
     if isinstance(module, _NORMS) and context.method_name == "__call__":
         x = jnp.asarray(args[0], getattr(module, "dtype", None) or args[0].dtype)
-        xf = x.astype(jnp.float32)
+        channels = getattr(module, "channels", None)  # zero channels beyond it: not stored
+        xf = x.astype(jnp.float32)[..., :channels]
         axes = tuple(range(x.ndim - 1))
         module.sow(_COLLECTION, "moments", jnp.stack([xf.mean(axes), jnp.square(xf).mean(axes)]))
     return next_fun(*args, **kwargs)
