@@ -10,7 +10,7 @@ only: the bound without batch norm), stem space_to_depth | conv (ResNet's stem o
 default its default); ``ours_<solver>_<aug|noaug><devices>[_tree]``: ``train``'s
 own compiled block on resident data (``_tree``: parameters per leaf, not one vector); ``dp_<leaf|flat>``, a plain shard_map step over
 every local device whose gradient all-reduce is one pmean per leaf or one of the
-flattened gradient (the next lever for 2 GPUs, benchmarks/NOTES.md). Env: SIZE (224), MODEL (resnet50 or cifar_net:DEPTH), BATCH (128 per
+flattened gradient (the next lever for 2 GPUs, benchmarks/NOTES.md). Env: SIZE (224), MODEL (resnet50 or cifar_net:DEPTH[:CHANNEL_MULTIPLE]), BATCH (128 per
 device), NSTEPS (20 per timing), SAVE_TRACE (variants whose perfetto trace to keep),
 OUT (folder for step_profile.json/.txt).
 """
@@ -71,9 +71,12 @@ class NoBN(FlaxBN):
 BNS = {"flax": FlaxBN, "custom": CustomBN, "none": NoBN}
 
 def build_model(dtype=None, stem=None):
-    """MODEL is a model name ("resnet50") or "cifar_net:DEPTH"; stem: ResNet's stem option."""
+    """MODEL is a model name ("resnet50") or "cifar_net:DEPTH[:CHANNEL_MULTIPLE]"; stem: ResNet's
+    stem option."""
     name, _, depth = MODEL.partition(":")
-    m = jf.models.cifar_net(int(depth), 10) if name == "cifar_net" else getattr(jf.models, name)(5)
+    depth, _, multiple = depth.partition(":")
+    m = (jf.models.cifar_net(int(depth), 10, channel_multiple=int(multiple) if multiple else None)
+         if name == "cifar_net" else getattr(jf.models, name)(5))
     if stem is not None:
         m = m.clone(stem=stem)
     return m.clone(dtype=dtype) if dtype is not None else m
