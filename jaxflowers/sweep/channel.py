@@ -8,9 +8,10 @@ import os
 import threading
 from typing import Any, Mapping
 
-__all__ = ["ENV_FD", "connect", "encode_message", "report"]
+__all__ = ["ENV_FD", "ENV_LAUNCHED", "connect", "encode_message", "launched", "report"]
 
 ENV_FD = "JAXFLOWERS_SWEEP_REPORT_FD"
+ENV_LAUNCHED = "JAXFLOWERS_SWEEP_LAUNCHED"  # time.time() when the pool launched the worker
 # The one pipe of this worker process; set by ``connect`` in the worker, None elsewhere.
 _channel: dict[str, Any] = {"fd": None, "lock": threading.Lock()}
 
@@ -53,4 +54,13 @@ def connect(environ: dict[str, str] | None = None) -> bool:
     environ = os.environ if environ is None else environ
     fd = environ.pop(ENV_FD, None)  # popped: the job's subprocesses must not inherit it
     _channel["fd"] = int(fd) if fd else None
+    try:
+        _channel["launched"] = float(environ.pop(ENV_LAUNCHED))
+    except (KeyError, ValueError):
+        _channel["launched"] = None
     return _channel["fd"] is not None
+
+
+def launched() -> float | None:
+    """``time.time()`` when the pool launched this worker; None outside a pool."""
+    return _channel.get("launched")

@@ -5,10 +5,11 @@ It runs in a worker; JAX is imported inside the functions, never by importing th
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Mapping
 
 from jaxflowers import recipes  # imports no JAX
-from jaxflowers.sweep.channel import report
+from jaxflowers.sweep.channel import launched, report
 
 __all__ = ["job_options", "train_job"]
 
@@ -28,18 +29,41 @@ def train_job(*, data, model, options, execution=None, seed: int | None = None):
       ``(net, info)`` as ``jaxflowers.train`` returns them, rebuilt by ``Future.result()``. A
       diverged run returns them too, after a last message ``{"state": "failed", "error": ...}``.
     """
+    start_up = _StartUp()
+    import jax
+
     from jaxflowers.compilation.cache import enable_compilation_cache
     from jaxflowers.training.run import train  # robust whether or not jaxflowers/__init__ is lazy
 
+    start_up.mark("imports")
+    jax.devices()
+    start_up.mark("JAX's devices")
     enable_compilation_cache()  # a job repeating an earlier one's shapes loads its programs
 
     train_set, validation_set, _ = recipes.load_plan(data)
+    start_up.mark("data")
     module = recipes.build_model(model, num_classes=len(train_set.class_names))
-    options, execution = _options(options, execution, seed, validation_set)
+    options, execution = _options(options, execution, seed, validation_set, start_up)
     net, info = train(train_set, module, options, execution=execution)
     if info.diverged:
         report({"state": "failed", "error": info.stop_reason})
     return net, info
+
+
+class _StartUp:
+    """When a job's start-up steps ended, in seconds after the pool launched its worker (or
+    after ``train_job`` began, outside a pool), printed to the job's log as one line."""
+
+    def __init__(self):
+        self.origin = launched() or time.time()
+        self.marks: dict[str, float] = {"job function": time.time() - self.origin}
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = time.time() - self.origin
+
+    def print(self) -> None:
+        print("Start-up, seconds after the worker's launch: "
+              + ", ".join(f"{name} {t:.1f}" for name, t in self.marks.items()), flush=True)
 
 
 class _SendToPool:
@@ -47,12 +71,15 @@ class _SendToPool:
     "iteration" message also carries the device memory the training takes, from which
     ``DevicePool(jobs_per_device="auto")`` decides how many jobs fit on the GPU."""
 
-    def __init__(self):
-        self.measured = False
+    def __init__(self, start_up: _StartUp | None = None):
+        self.measured, self.start_up = False, start_up
 
     def __call__(self, message: dict) -> bool:
         if not self.measured and message.get("state") == "iteration":
             self.measured = True
+            if self.start_up is not None:
+                self.start_up.mark("first step")
+                self.start_up.print()
             memory = _device_memory()
             if memory:
                 message = {**message, "device_memory": memory}
@@ -102,9 +129,10 @@ def _fields(value, cls, what: str) -> dict:
                     f"not {type(value).__name__}")
 
 
-def _options(options, execution, seed: int | None, validation_set):
+def _options(options, execution, seed: int | None, validation_set, start_up=None):
     options, execution = job_options(options, execution)
-    changes = {"output_fn": _SendToPool(), "plots": "none"}  # plots.sweep_progress(pool) draws
+    # plots "none": plots.sweep_progress(pool) draws the jobs' figures
+    changes = {"output_fn": _SendToPool(start_up), "plots": "none"}
     if seed is not None:
         changes["seed"] = seed
     if validation_set is not None:

@@ -10,11 +10,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, Iterator, Mapping
 
 from jaxflowers.host.processes import start_module
 from jaxflowers.sweep import transfer
-from jaxflowers.sweep.channel import ENV_FD
+from jaxflowers.sweep.channel import ENV_FD, ENV_LAUNCHED
 from jaxflowers.sweep.futures import JobError
 
 __all__ = ["WorkerProcess", "log_tail", "outcome", "to_result", "write_spec"]
@@ -38,7 +39,7 @@ class WorkerProcess:
     def __init__(self, folder: pathlib.Path, env: Mapping[str, str], log_path: pathlib.Path):
         self.folder, self.log_path = folder, log_path
         read_fd, write_fd = os.pipe()
-        env = {**env, ENV_FD: str(write_fd)}
+        env = {**env, ENV_FD: str(write_fd), ENV_LAUNCHED: repr(time.time())}
         try:
             with open(log_path, "wb") as log:
                 self.proc = start_module(
