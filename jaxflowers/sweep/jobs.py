@@ -4,6 +4,7 @@ It runs in a worker; JAX is imported inside the functions, never by importing th
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
 from typing import Any, Mapping
@@ -32,16 +33,18 @@ def train_job(*, data, model, options, execution=None, seed: int | None = None):
     start_up = _StartUp()
     import jax
 
-    from jaxflowers.compilation.cache import enable_compilation_cache
-    from jaxflowers.training.run import train  # robust whether or not jaxflowers/__init__ is lazy
+    # why a thread: starting the GPU backend (seconds) overlaps the imports and the data
+    with concurrent.futures.ThreadPoolExecutor(1, "jaxflowers-backend") as pool:
+        devices = pool.submit(jax.devices)
+        from jaxflowers.compilation.cache import enable_compilation_cache
+        from jaxflowers.training.run import train  # whether or not jaxflowers/__init__ is lazy
 
-    start_up.mark("imports")
-    jax.devices()
-    start_up.mark("JAX's devices")
-    enable_compilation_cache()  # a job repeating an earlier one's shapes loads its programs
-
-    train_set, validation_set, _ = recipes.load_plan(data)
-    start_up.mark("data")
+        start_up.mark("imports")
+        enable_compilation_cache()  # a job repeating an earlier one's shapes loads its programs
+        train_set, validation_set, _ = recipes.load_plan(data)
+        start_up.mark("data")
+        devices.result()  # raises what starting the backend raised
+        start_up.mark("JAX's devices")
     module = recipes.build_model(model, num_classes=len(train_set.class_names))
     options, execution = _options(options, execution, seed, validation_set, start_up)
     net, info = train(train_set, module, options, execution=execution)
