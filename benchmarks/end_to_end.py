@@ -72,11 +72,11 @@ def run_once(cmd, env, timeout: float | None = None) -> dict:
 
 
 def start_ups(log_dir: str) -> list[str]:
-    """Each sweep job's "Start-up, seconds after the worker's launch: ..." line, by job."""
+    """Each sweep job's "Start-up, seconds after the job reached its worker: ..." line, by job."""
     lines = []
     for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
         with open(os.path.join(log_dir, name), errors="replace") as log:
-            found = re.findall(r"^Start-up, seconds after the worker's launch: (.*)$",
+            found = re.findall(r"^Start-up, seconds after the job reached its worker: (.*)$",
                                log.read(), re.M)
         lines += [f"{name}: {found[-1]}"] if found else []
     return lines

@@ -126,3 +126,11 @@ def placed(seconds: float):
     time.sleep(seconds)
     devices = os.environ.get("JAX_NUM_CPU_DEVICES"), os.environ.get("CUDA_VISIBLE_DEVICES")
     return devices, start, time.time()
+
+
+def worker_facts():
+    """This worker's pid and whether JAX was imported before the job began (what a warm
+    worker does while it waits); prints a line to the job's log."""
+    facts = {"pid": os.getpid(), "jax_preloaded": "jax" in sys.modules}
+    print(f"worker facts: {facts}", flush=True)
+    return facts

@@ -78,10 +78,11 @@ def test_packed_jobs_join_a_private_daemon_per_gpu_stopped_with_the_pool(fake_mp
 
 
 def test_one_job_per_gpu_or_mps_off_starts_no_daemon(fake_mps, tmp_path):
-    with sweep.DevicePool("all", log_dir=tmp_path / "one") as pool:
+    with sweep.DevicePool("all", warm_workers=False, log_dir=tmp_path / "one") as pool:
         assert pool.sharing is None
         env = pool.submit(sweep_jobs.environment_of, *NAMES).result(timeout=120)
-    with sweep.DevicePool("all", jobs_per_device=2, mps=False, log_dir=tmp_path / "off") as pool:
+    with sweep.DevicePool("all", jobs_per_device=2, mps=False,
+                          warm_workers=False, log_dir=tmp_path / "off") as pool:
         assert pool.sharing == "time-slicing"
     assert not _calls(fake_mps) and env["CUDA_MPS_PIPE_DIRECTORY"] is None
 
@@ -92,7 +93,8 @@ def test_a_daemon_that_cannot_start_is_a_warning_or_with_mps_true_an_error(
     with pytest.warns(UserWarning, match=r"MPS could not start \(nvidia-cuda-mps-control -d for "
                                          r"GPU 0 exited with 1: An instance of this daemon is "
                                          r"already running\); the 2 jobs on each GPU take turns"):
-        pool = sweep.DevicePool("all", jobs_per_device=2, log_dir=tmp_path / "auto")
+        pool = sweep.DevicePool("all", jobs_per_device=2,
+                                warm_workers=False, log_dir=tmp_path / "auto")
     with pool:
         assert pool.sharing == "time-slicing"
         env = pool.submit(sweep_jobs.environment_of, *NAMES).result(timeout=120)
@@ -119,7 +121,8 @@ def test_a_missing_control_program_or_a_client_that_cannot_join_is_named(
 
 def test_an_mps_server_of_the_users_own_is_left_alone(fake_mps, tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "theirs"))
-    with sweep.DevicePool("all", jobs_per_device=2, log_dir=tmp_path / "logs") as pool:
+    with sweep.DevicePool("all", jobs_per_device=2,
+                          warm_workers=False, log_dir=tmp_path / "logs") as pool:
         assert pool.sharing == "mps"
         env = pool.submit(sweep_jobs.environment_of, *NAMES).result(timeout=120)
     assert not _calls(fake_mps) and env["CUDA_MPS_PIPE_DIRECTORY"] == str(tmp_path / "theirs")
@@ -132,7 +135,7 @@ def test_bad_mps_setting():
 
 def test_auto_jobs_per_device_fills_the_gpu_the_first_job_measured(fake_mps, tmp_path, capsys):
     gib = 2**30
-    with sweep.DevicePool("all", jobs_per_device="auto", mps=False,
+    with sweep.DevicePool("all", warm_workers=False, jobs_per_device="auto", mps=False,
                           log_dir=tmp_path / "logs") as pool:
         assert pool.num_slots == 2 and pool.jobs_per_device == {"0": 1, "1": 1}
         # The first job on each GPU: 10 GiB of an 80 GiB GPU (its cap 0.9 of it), so
@@ -152,7 +155,8 @@ def test_auto_jobs_per_device_fills_the_gpu_the_first_job_measured(fake_mps, tmp
 
 def test_auto_on_a_small_gpu_keeps_one_job(fake_mps, tmp_path):
     gib = 2**30
-    with sweep.DevicePool(1, jobs_per_device="auto", mps=False, log_dir=tmp_path) as pool:
+    with sweep.DevicePool(1, jobs_per_device="auto", mps=False, warm_workers=False,
+                          log_dir=tmp_path) as pool:
         pool.submit(sweep_jobs.report_memory_then_sleep, 12 * gib, int(14.4 * gib), 0).result(
             timeout=120)
         assert pool.jobs_per_device == {"0": 1} and pool.num_slots == 1

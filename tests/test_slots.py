@@ -78,7 +78,7 @@ def test_the_pool_runs_a_two_device_job_beside_one_device_jobs(tmp_path):
 
 def test_packed_gpu_slots_make_way_for_a_job_of_two_whole_gpus(monkeypatch, tmp_path):
     monkeypatch.setattr(LocalBackend, "gpus", lambda self: ["0", "1"])  # no GPU here
-    with sweep.DevicePool("all", jobs_per_device=2, log_dir=tmp_path) as pool:
+    with sweep.DevicePool("all", warm_workers=False, jobs_per_device=2, log_dir=tmp_path) as pool:
         packed = pool.submit(sweep_jobs.placed, 1.0)
         both = pool.submit(sweep_jobs.placed, 0.1, num_devices=2)
         beside = pool.submit(sweep_jobs.placed, 0.1)  # GPU 1 is claimed: it waits

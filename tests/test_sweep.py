@@ -299,7 +299,7 @@ def test_after_each_can_keep_only_some_states(tmp_path):
 def test_gpu_slots_pack_jobs_with_a_memory_fraction(monkeypatch, tmp_path):
     cpu_pool = sweep.DevicePool(1, log_dir=tmp_path / "cpu")
     monkeypatch.setattr(LocalBackend, "gpus", lambda self: ["0", "1"])  # no GPU here
-    with sweep.DevicePool("all", jobs_per_device=2, mps=False,
+    with sweep.DevicePool("all", jobs_per_device=2, mps=False, warm_workers=False,
                           log_dir=tmp_path) as gpu_pool, cpu_pool:
         assert gpu_pool.num_slots == 4
         cpu = cpu_pool.submit(sweep_jobs.environment)
@@ -512,6 +512,37 @@ def test_a_killed_sweep_worker_fails_only_its_job_and_no_process_is_left(tmp_pat
         assert fine.result(timeout=120) == 3
     finally:
         pool.shutdown(wait=True)
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    _, alive = psutil.wait_procs(left, timeout=5)
+    assert not alive, alive
+
+
+def test_warm_workers_take_the_next_jobs_and_none_outlives_the_pool(tmp_path):
+    """A warm worker, launched with the pool, has imported JAX when its job comes and logs to
+    the job's log; a job queued behind gets one launched when the slot's job starts; a warm
+    worker killed while it waits is replaced by a fresh one; none is left at the end."""
+    import psutil
+    import sweep_jobs
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with jf.sweep.DevicePool(1, log_dir=tmp_path / "logs", warm_workers=True) as pool:
+        [waiting] = _workers()
+        first, second = pool.submit(sweep_jobs.worker_facts), pool.submit(sweep_jobs.worker_facts)
+        facts = jf.sweep.fetch_outputs([first, second])
+    assert [f["jax_preloaded"] for f in facts] == [True, True]
+    assert facts[0]["pid"] == waiting.pid != facts[1]["pid"]
+    logs = sorted((tmp_path / "logs").iterdir())
+    assert [log.name for log in logs] == ["job-0000.log", "job-0001.log"]
+    for log, f in zip(logs, facts):
+        assert f"worker facts: {f}" in log.read_text()
+
+    with jf.sweep.DevicePool(1, log_dir=tmp_path / "killed", warm_workers=True) as pool:
+        [waiting] = _workers()
+        waiting.kill()
+        waiting.wait(timeout=10)
+        assert pool.submit(sweep_jobs.worker_facts).result(timeout=120)["jax_preloaded"] is False
+    with jf.sweep.DevicePool(2, log_dir=tmp_path / "unused", warm_workers=True):
+        assert len(_workers()) == 2
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     _, alive = psutil.wait_procs(left, timeout=5)
     assert not alive, alive

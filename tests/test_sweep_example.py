@@ -90,7 +90,7 @@ def test_cli_sweep_on_digits_trains_both_depths_and_tests_the_best(tmp_path):
                for log in logs)
     assert all(0 <= a <= 100 for a in final.values())
     for log in logs:  # where each job's start-up went, in order, from the worker's launch
-        line = re.search(r"^Start-up, seconds after the worker's launch: (.*)$",
+        line = re.search(r"^Start-up, seconds after the job reached its worker: (.*)$",
                          log.read_text(), re.M)
         marks = dict(re.findall(r"([a-zA-Z' ]+?) ([\d.]+)(?:, |$)", line.group(1)))
         assert list(marks) == ["job function", "imports", "data", "JAX's devices", "first step"]

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 __all__ = ["ENV_FD", "ENV_LAUNCHED", "connect", "encode_message", "launched", "report"]
 
 ENV_FD = "JAXFLOWERS_SWEEP_REPORT_FD"
-ENV_LAUNCHED = "JAXFLOWERS_SWEEP_LAUNCHED"  # time.time() when the pool launched the worker
+ENV_LAUNCHED = "JAXFLOWERS_SWEEP_LAUNCHED"  # time.time() when the worker got its job
 # The one pipe of this worker process; set by ``connect`` in the worker, None elsewhere.
 _channel: dict[str, Any] = {"fd": None, "lock": threading.Lock()}
 
@@ -62,5 +62,6 @@ def connect(environ: dict[str, str] | None = None) -> bool:
 
 
 def launched() -> float | None:
-    """``time.time()`` when the pool launched this worker; None outside a pool."""
+    """``time.time()`` when this worker got its job (its launch, or the hand-over to a warm
+    worker); None outside a pool."""
     return _channel.get("launched")

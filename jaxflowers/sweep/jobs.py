@@ -54,8 +54,8 @@ def train_job(*, data, model, options, execution=None, seed: int | None = None):
 
 
 class _StartUp:
-    """When a job's start-up steps ended, in seconds after the pool launched its worker (or
-    after ``train_job`` began, outside a pool), printed to the job's log as one line."""
+    """When a job's start-up steps ended, in seconds after its worker got it (launched with
+    it, or handed it warm), or after ``train_job`` began outside a pool: one line in its log."""
 
     def __init__(self):
         self.origin = launched() or time.time()
@@ -65,7 +65,7 @@ class _StartUp:
         self.marks[name] = time.time() - self.origin
 
     def print(self) -> None:
-        print("Start-up, seconds after the worker's launch: "
+        print("Start-up, seconds after the job reached its worker: "
               + ", ".join(f"{name} {t:.1f}" for name, t in self.marks.items()), flush=True)
 
 

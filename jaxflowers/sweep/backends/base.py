@@ -59,6 +59,10 @@ class Backend(Protocol):
     def discard(self, staged: Any) -> None:
         """Drop what ``prepare`` staged for a job that will never start."""
 
+    def prestart(self, slots: Sequence[Any]) -> None:
+        """Get a worker ready on each of ``slots`` for the next job there, where the backend
+        can (the local one launches warm workers; Ray reuses its own)."""
+
     def start(self, job: Job, slot: Any, events: JobEvents) -> None:
         """Start ``job`` on ``slot`` (set ``job.handle``) and report it through ``events``."""
 

@@ -1,5 +1,7 @@
 """The local backend: one worker subprocess per job, with a scratch folder, a log file, a
-progress pipe and two threads (one reads the progress, one waits for the exit)."""
+progress pipe and two threads (one reads the progress, one waits for the exit). Warm workers
+(``prestart``), launched ahead for a slot, take the next job on it without Python's and
+JAX's start-up."""
 from __future__ import annotations
 
 import os
@@ -28,6 +30,9 @@ class LocalBackend:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._memory_fraction = memory_fraction
         self._mps: mps.MpsDaemons | None = None
+        self._warm: list[tuple[dict, WorkerProcess]] = []  # (environment, worker), oldest first
+        self._warm_lock = threading.Lock()
+        self._launched = 0
 
     def gpus(self) -> list[str]:
         return devices.visible_gpus()
@@ -50,17 +55,48 @@ class LocalBackend:
     def discard(self, staged: pathlib.Path) -> None:
         shutil.rmtree(staged, ignore_errors=True)
 
+    def prestart(self, slots) -> None:
+        """Launch a warm worker for each of ``slots``, for the next job that runs there."""
+        for slot in slots:
+            env = self._environment(slot)
+            with self._warm_lock:
+                self._launched += 1
+                log_path = self._scratch / f"warm-{self._launched}.log"
+            worker = WorkerProcess(None, env, log_path)
+            with self._warm_lock:
+                self._warm.append((env, worker))
+
     def start(self, job: Job, slot: devices.Slot, events: JobEvents) -> None:
-        env = devices.slot_environment(slot, os.environ, memory_fraction=self._memory_fraction)
-        if self._mps is not None and slot.gpu in self._mps.gpus:
-            env.update(self._mps.environment(slot.gpu))
+        env = self._environment(slot)
         log_path = self.log_dir / f"job-{job.index:04d}.log"
-        job.handle = WorkerProcess(job.staged, env, log_path)
+        job.handle = self._take_warm(env, job.staged, log_path) or WorkerProcess(
+            job.staged, env, log_path)
         reader = threading.Thread(target=_pass_messages, args=(job, events), daemon=True,
                                   name=f"sweep-job-{job.index}-progress")
         reader.start()
         threading.Thread(target=self._watch, args=(job, reader, events), daemon=True,
                          name=f"sweep-job-{job.index}-exit").start()
+
+    def _environment(self, slot: devices.Slot) -> dict:
+        env = devices.slot_environment(slot, os.environ, memory_fraction=self._memory_fraction)
+        if self._mps is not None and slot.gpu in self._mps.gpus:
+            env.update(self._mps.environment(slot.gpu))
+        return env
+
+    def _take_warm(self, env: dict, folder, log_path) -> WorkerProcess | None:
+        """A warm worker launched with ``env``, handed the job in ``folder``; None if none is."""
+        while True:
+            with self._warm_lock:
+                match = next((entry for entry in self._warm if entry[0] == env), None)
+                if match is None:
+                    return None
+                self._warm.remove(match)
+            worker = match[1]
+            try:
+                worker.assign(folder, log_path)
+                return worker
+            except OSError:  # it died waiting: reap it, try the next
+                worker.discard()
 
     def kill(self, job) -> None:
         """SIGTERM the job's process group, SIGKILL a second later."""
@@ -79,6 +115,10 @@ class LocalBackend:
     def close(self) -> None:
         """Stop the MPS daemons; remove the scratch folder (and the logs, unless they live in
         a given log_dir)."""
+        with self._warm_lock:
+            warm, self._warm = self._warm, []
+        for _, worker in warm:  # none took a job: stop them before their GPU's daemon
+            worker.discard()
         if self._mps is not None:
             self._mps.stop()
             self._mps = None

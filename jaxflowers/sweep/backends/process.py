@@ -15,6 +15,7 @@ from typing import Any, Iterator, Mapping
 
 from jaxflowers.host.processes import start_module
 from jaxflowers.sweep import transfer
+from jaxflowers.sweep.backends.worker import WAIT_FLAG
 from jaxflowers.sweep.channel import ENV_FD, ENV_LAUNCHED
 from jaxflowers.sweep.futures import JobError
 
@@ -34,18 +35,21 @@ def write_spec(folder: pathlib.Path, reference: dict, arguments: Any, arrays: di
 
 class WorkerProcess:
     """The worker of the job in ``folder`` (``write_spec``), in its own session, output to
-    ``log_path``."""
+    ``log_path``. ``folder=None`` launches a warm worker: it imports JAX and the training
+    code, then waits for ``assign`` to hand it a job (and the log its output then goes to)."""
 
-    def __init__(self, folder: pathlib.Path, env: Mapping[str, str], log_path: pathlib.Path):
+    def __init__(self, folder: pathlib.Path | None, env: Mapping[str, str],
+                 log_path: pathlib.Path):
         self.folder, self.log_path = folder, log_path
         read_fd, write_fd = os.pipe()
         env = {**env, ENV_FD: str(write_fd), ENV_LAUNCHED: repr(time.time())}
         try:
             with open(log_path, "wb") as log:
                 self.proc = start_module(
-                    "jaxflowers.sweep.backends.worker", str(folder), env=env, stdin=subprocess.PIPE,
-                    stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-                    start_new_session=True)
+                    "jaxflowers.sweep.backends.worker",
+                    str(folder) if folder is not None else WAIT_FLAG, env=env,
+                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                    pass_fds=(write_fd,), start_new_session=True)
         except BaseException:
             os.close(read_fd)
             raise
@@ -54,6 +58,19 @@ class WorkerProcess:
         self._pipe = os.fdopen(read_fd, "rb")
         self._reap_lock = threading.Lock()  # no signal to a reaped (reusable) pid
         self.returncode: int | None = None
+
+    def assign(self, folder: pathlib.Path, log_path: pathlib.Path) -> None:
+        """Hand a warm worker its job; OSError if it is gone (launch another instead)."""
+        message = {"folder": str(folder), "log": str(log_path), "assigned": time.time()}
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+        self.folder, self.log_path = folder, log_path
+
+    def discard(self) -> None:
+        """Stop a warm worker that never got a job, and release its pipe."""
+        self.kill()
+        self.wait()
+        self._pipe.close()
 
     def messages(self) -> Iterator[dict]:
         """The job's ``report`` messages, in order, until the worker closes the pipe."""
@@ -75,7 +92,10 @@ class WorkerProcess:
             self._signal_group_unlocked(signal.SIGKILL)  # leftovers of the job (forked helpers...)
             self.returncode = self.proc.wait()
         if self.proc.stdin:
-            self.proc.stdin.close()
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:  # a job handed to a worker that had died: never read
+                pass
         return self.returncode
 
     def running(self) -> bool:

@@ -111,6 +111,9 @@ class RayBackend:
     def discard(self, staged) -> None:
         """Nothing to clean: a staged Ray job is only bytes."""
 
+    def prestart(self, slots) -> None:
+        """Nothing: Ray starts and reuses its own worker processes."""
+
     def start(self, job: Job, slot: devices.Slot, events: JobEvents) -> None:
         gpu = slot.gpu is not None
         share = slot.num_devices / slot.jobs_per_device  # several devices: whole ones

@@ -1,8 +1,10 @@
-"""The sweep's worker process: ``python -m jaxflowers.sweep.backends.worker FOLDER``.
+"""The sweep's worker process: ``python -m jaxflowers.sweep.backends.worker FOLDER|--wait``.
 
 It runs the job in FOLDER (``spec.json``, arguments) and leaves ``result.json``/``.npz`` (exit
 0) or ``error.json`` (exit 1) there; progress goes to ``$JAXFLOWERS_SWEEP_REPORT_FD``, prints
 to the job's log. It dies with its parent: EOF on stdin, whose other end the parent holds.
+With ``--wait`` it is a warm worker: it imports JAX and the training code first, then reads
+its job from stdin as one JSON line (``{"folder", "log", "assigned"}``); EOF first: exit 0.
 """
 from __future__ import annotations
 
@@ -14,7 +16,12 @@ import sys
 import threading
 import traceback
 
-__all__ = ["main", "run"]
+__all__ = ["WAIT_FLAG", "main", "run"]
+
+WAIT_FLAG = "--wait"
+# What a warm worker imports before its job comes: what a training job needs (seconds).
+PRELOAD = ("jax", "jaxflowers.training.run", "jaxflowers.inference.predict",
+           "jaxflowers.sweep.jobs")
 
 
 def _watch_parent() -> None:
@@ -52,13 +59,45 @@ def run(folder: pathlib.Path) -> int:
         return 1
 
 
+def _wait_for_job() -> pathlib.Path | None:
+    """A warm worker's start: import ``PRELOAD``, read the job, send the output to its log."""
+    import importlib
+
+    from jaxflowers.sweep.channel import ENV_LAUNCHED
+
+    for module in PRELOAD:
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # noqa: BLE001 (the job imports it again and reports)
+            print(f"warm worker: importing {module} failed: {error}", file=sys.stderr)
+    line = b""
+    while not line.endswith(b"\n"):  # byte by byte: the rest of stdin is the parent's watch
+        byte = os.read(0, 1)
+        if not byte:
+            return None  # the pool closed without a job for this worker
+        line += byte
+    job = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.environ[ENV_LAUNCHED] = repr(job["assigned"])  # start-up counts from the hand-over
+    return pathlib.Path(job["folder"])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m jaxflowers.sweep.backends.worker FOLDER", file=sys.stderr)
+        print(f"usage: python -m jaxflowers.sweep.backends.worker FOLDER|{WAIT_FLAG}",
+              file=sys.stderr)
         return 2
+    folder = _wait_for_job() if argv[0] == WAIT_FLAG else pathlib.Path(argv[0])
+    if folder is None:
+        return 0
     threading.Thread(target=_watch_parent, name="watch-parent", daemon=True).start()
-    status = run(pathlib.Path(argv[0]))
+    status = run(folder)
     sys.stdout.flush()
     sys.stderr.flush()
     return status

@@ -124,9 +124,10 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
     plan = example_plan(data, seed=seed)
     out = _output_folder(out_dir)
     print(f"Data: {recipes.describe_plan(plan)}", file=stream)
-    _prepare(plan, stream)  # before any job: the workers then only open finished caches
+    # The pool first: its warm workers start up while the data are prepared.
     with signals.sigterm_raises(), DevicePool(devices, jobs_per_device, mps=mps,
                                               log_dir=out / "sweep-logs") as pool:
+        _prepare(plan, stream)  # before any job: the workers then only open finished caches
         if pool.sharing:
             together = "together under MPS" if pool.sharing == "mps" else "in turns"
             count = ("as many as fit (jobs_per_device='auto')" if jobs_per_device == "auto"
