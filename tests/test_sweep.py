@@ -375,6 +375,31 @@ def test_no_worker_outlives_its_caller(tmp_path):
             caller.stderr.close()
 
 
+def test_warm_workers_die_with_their_caller_even_while_they_import(tmp_path):
+    """A caller SIGKILLed right after its pool started: its two warm workers, still importing
+    JAX, notice stdin's EOF and are gone within seconds."""
+    caller = _start_caller("""
+    import json, time
+    import psutil
+    import jaxflowers.sweep as sweep
+    pool = sweep.DevicePool(2, warm_workers=True)
+    print(json.dumps([p.pid for p in psutil.Process().children()
+                      if "jaxflowers.sweep.backends.worker" in " ".join(p.cmdline())]), flush=True)
+    time.sleep(120)
+    """, tmp_path)
+    try:
+        pids = json.loads(caller.stdout.readline() or "[]")
+        assert len(pids) == 2 and all(_alive(pid) for pid in pids), caller.stderr.read()
+        caller.kill()
+        caller.wait(timeout=20)
+        assert _gone_within(pids, 2.0), "a warm worker outlived its caller"
+    finally:
+        caller.kill()
+        caller.wait()
+        caller.stdout.close()
+        caller.stderr.close()
+
+
 def test_the_caller_never_imports_jax(tmp_path):
     code = """
     import sys

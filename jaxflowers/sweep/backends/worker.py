@@ -4,13 +4,15 @@ It runs the job in FOLDER (``spec.json``, arguments) and leaves ``result.json``/
 0) or ``error.json`` (exit 1) there; progress goes to ``$JAXFLOWERS_SWEEP_REPORT_FD``, prints
 to the job's log. It dies with its parent: EOF on stdin, whose other end the parent holds.
 With ``--wait`` it is a warm worker: it imports JAX and the training code first, then reads
-its job from stdin as one JSON line (``{"folder", "log", "assigned"}``); EOF first: exit 0.
+its job from stdin as one JSON line (``{"folder", "log", "assigned"}``); EOF at any time
+kills it as it kills a job.
 """
 from __future__ import annotations
 
 import json
 import os
 import pathlib
+import queue
 import signal
 import sys
 import threading
@@ -24,13 +26,18 @@ PRELOAD = ("jax", "jaxflowers.training.run", "jaxflowers.inference.predict",
            "jaxflowers.sweep.jobs")
 
 
-def _watch_parent() -> None:
-    """Kill this worker's process group (the job and its children) on EOF on stdin."""
+def _watch_parent(jobs: queue.SimpleQueue | None = None) -> None:
+    """Kill this worker's process group (the job and its children) on EOF on stdin; a warm
+    worker's first line on stdin is its job, put into ``jobs``."""
     # not PR_SET_PDEATHSIG: it fires when the spawning *thread* ends, and the pool spawns from
     # short-lived threads
+    line = b""
     try:  # raw reads: a daemon thread inside a buffered reader aborts interpreter exit
-        while os.read(0, 4096):
-            pass
+        while chunk := os.read(0, 4096):
+            if jobs is not None and b"\n" not in line:
+                line += chunk
+                if b"\n" in line:
+                    jobs.put(line.split(b"\n", 1)[0])
     except OSError:
         pass
     finally:
@@ -59,8 +66,9 @@ def run(folder: pathlib.Path) -> int:
         return 1
 
 
-def _wait_for_job() -> pathlib.Path | None:
-    """A warm worker's start: import ``PRELOAD``, read the job, send the output to its log."""
+def _wait_for_job(jobs: queue.SimpleQueue) -> pathlib.Path:
+    """A warm worker's start: import ``PRELOAD``, take the job from ``jobs`` (the parent's
+    line, ``_watch_parent``), send the output to the job's log."""
     import importlib
 
     from jaxflowers.sweep.channel import ENV_LAUNCHED
@@ -70,13 +78,7 @@ def _wait_for_job() -> pathlib.Path | None:
             importlib.import_module(module)
         except Exception as error:  # noqa: BLE001 (the job imports it again and reports)
             print(f"warm worker: importing {module} failed: {error}", file=sys.stderr)
-    line = b""
-    while not line.endswith(b"\n"):  # byte by byte: the rest of stdin is the parent's watch
-        byte = os.read(0, 1)
-        if not byte:
-            return None  # the pool closed without a job for this worker
-        line += byte
-    job = json.loads(line)
+    job = json.loads(jobs.get())
     sys.stdout.flush()
     sys.stderr.flush()
     log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -93,10 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m jaxflowers.sweep.backends.worker FOLDER|{WAIT_FLAG}",
               file=sys.stderr)
         return 2
-    folder = _wait_for_job() if argv[0] == WAIT_FLAG else pathlib.Path(argv[0])
-    if folder is None:
-        return 0
-    threading.Thread(target=_watch_parent, name="watch-parent", daemon=True).start()
+    jobs = queue.SimpleQueue() if argv[0] == WAIT_FLAG else None
+    # from the start: a warm worker whose pool is gone dies at once, even while it imports
+    threading.Thread(target=_watch_parent, args=(jobs,), name="watch-parent",
+                     daemon=True).start()
+    folder = pathlib.Path(argv[0]) if jobs is None else _wait_for_job(jobs)
     status = run(folder)
     sys.stdout.flush()
     sys.stderr.flush()
