@@ -7,7 +7,6 @@ imports JAX: the caller must not hold a GPU while its workers start.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import logging
 import os
@@ -77,19 +76,14 @@ class DevicePool:
         self._backend = make_backend(backend, log_dir=log_dir, address=address,
                                       memory_fraction=memory_fraction)
         try:
-            self._slots = make_slots(devices, 1 if self._auto else jobs_per_device,
-                                     self._backend.gpus(), self._backend.cpu_slots())
-            if self._auto:  # measured alone, uncapped, before others join it
-                self._slots = [dataclasses.replace(s, memory_fraction=placement.AUTO_FIRST_FRACTION)
-                               if s.gpu is not None else s for s in self._slots]
+            self._slots = make_slots(devices, jobs_per_device, self._backend.gpus(),
+                                     self._backend.cpu_slots())
             self.sharing = placement.sharing(self._slots, self._backend, mps, auto=self._auto)
             if warm_workers is None:
                 warm_workers = any(slot.gpu is not None for slot in self._slots)
             self._warm_workers = bool(warm_workers)
-            self._warm_ready = self._warm_turn = 0  # warm workers not yet taken; the next slot
             if self._warm_workers:
-                self._backend.prestart(self._slots)
-                self._warm_ready = len(self._slots)
+                self._backend.keep_warm(self._slots)
         except BaseException:
             self._backend.close()
             raise
@@ -257,18 +251,14 @@ class DevicePool:
             self._start(job, held)
 
     def _warm_for_queue(self) -> None:
-        """Launch warm workers for the jobs of one device that wait for a slot, a slot at a
-        time in turn (call with the lock held)."""
+        """Keep a warm worker for each job of one device that waits for a slot (call with
+        the lock held)."""
         waiting = sum(1 for job in self._queue if job.num_devices == 1)
-        while self._warm_workers and self._warm_ready < min(waiting, len(self._slots)):
-            slot = self._slots[self._warm_turn % len(self._slots)]
-            self._warm_turn += 1
+        if self._warm_workers and waiting:
             try:
-                self._backend.prestart([slot])
-            except OSError as error:  # the job then launches a worker of its own
+                self._backend.keep_warm(placement.spread(self._slots, waiting))
+            except OSError as error:  # the jobs then launch workers of their own
                 _log.warning("could not launch a warm worker: %s", error)
-                return
-            self._warm_ready += 1
 
     def _start(self, job: Job, held: list) -> None:
         """Start ``job`` on the slots ``held`` (call with the lock held)."""
@@ -282,8 +272,6 @@ class DevicePool:
         except Exception as error:  # noqa: BLE001 (the job fails, the pool goes on)
             self._job_ended(job, None, JobError(job.index, f"could not start: {error}"))
             return
-        if job.num_devices == 1 and self._warm_ready:
-            self._warm_ready -= 1  # taken by this job, if it was launched with its slot's env
         if job.timeout is not None:
             job.timer = threading.Timer(job.timeout, self._time_out, (job,))
             job.timer.daemon = True

@@ -6,6 +6,7 @@ GPUs are counted without JAX, or the parent would hold memory on every GPU its w
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import re
 import warnings
@@ -15,7 +16,7 @@ from jaxflowers.host import gpus, mps
 
 __all__ = ["AUTO_FIRST_FRACTION", "AUTO_MAX_JOBS", "Slot", "auto_jobs", "claim",
            "default_cpu_slots", "make_slots", "merge", "more_slots", "place", "sharing",
-           "slot_environment", "visible_gpus"]
+           "slot_environment", "spread", "visible_gpus"]
 
 
 # jobs_per_device="auto": at most this many jobs on a GPU; each job's need is its measured
@@ -69,10 +70,15 @@ def default_cpu_slots(cpu_count: int | None = None) -> int:
     return max(2, (cpu_count or os.cpu_count() or 2) // 8)
 
 
-def make_slots(devices: str | int | Sequence[int | str], jobs_per_device: int,
+def make_slots(devices: str | int | Sequence[int | str], jobs_per_device: int | str,
                gpus: Sequence[str], cpu_slots: int | None = None) -> list[Slot]:
     """The ``len(devices) * jobs_per_device`` slots of a pool, GPU-major (``devices`` as in
-    ``DevicePool``; ``gpus``: ``visible_gpus()``; ``cpu_slots``: for "all" without GPUs)."""
+    ``DevicePool``; ``gpus``: ``visible_gpus()``; ``cpu_slots``: for "all" without GPUs).
+    "auto": one slot per device, a GPU's capped at ``AUTO_FIRST_FRACTION`` (measured alone,
+    before others join it: ``more_slots``)."""
+    if jobs_per_device == "auto":
+        return [dataclasses.replace(s, memory_fraction=AUTO_FIRST_FRACTION)
+                if s.gpu is not None else s for s in make_slots(devices, 1, gpus, cpu_slots)]
     if isinstance(jobs_per_device, bool) or not isinstance(jobs_per_device, int) \
             or jobs_per_device < 1:
         raise ValueError(f"jobs_per_device={jobs_per_device!r} must be a positive integer")
@@ -117,6 +123,13 @@ def merge(slots: Sequence[Slot]) -> Slot:
     gpus = list(dict.fromkeys(slot.gpu for slot in sorted(slots, key=lambda s: s.device)))
     gpu = None if first.gpu is None else ",".join(gpus)
     return Slot(first.index, gpu, 1, device=devices[0], devices=tuple(devices))
+
+
+def spread(slots: Sequence[Slot], count: int) -> list[Slot]:
+    """``count`` of ``slots`` (at most all), one per device in turn: where jobs waiting for
+    a slot are likeliest to start."""
+    rounds = itertools.zip_longest(*_by_device(slots).values())
+    return [slot for round_ in rounds for slot in round_ if slot is not None][:count]
 
 
 def _by_device(slots: Sequence[Slot]) -> dict[int, list[Slot]]:

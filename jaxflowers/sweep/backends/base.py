@@ -59,9 +59,9 @@ class Backend(Protocol):
     def discard(self, staged: Any) -> None:
         """Drop what ``prepare`` staged for a job that will never start."""
 
-    def prestart(self, slots: Sequence[Any]) -> None:
-        """Get a worker ready on each of ``slots`` for the next job there, where the backend
-        can (the local one launches warm workers; Ray reuses its own)."""
+    def keep_warm(self, slots: Sequence[Any]) -> None:
+        """Have a worker waiting for each entry of ``slots`` (those already waiting count),
+        where the backend can: the local one launches warm workers; Ray reuses its own."""
 
     def start(self, job: Job, slot: Any, events: JobEvents) -> None:
         """Start ``job`` on ``slot`` (set ``job.handle``) and report it through ``events``."""

@@ -1,6 +1,6 @@
 """The local backend: one worker subprocess per job, with a scratch folder, a log file, a
 progress pipe and two threads (one reads the progress, one waits for the exit). Warm workers
-(``prestart``), launched ahead for a slot, take the next job on it without Python's and
+(``keep_warm``), launched ahead for a slot, take the next job on it without Python's and
 JAX's start-up."""
 from __future__ import annotations
 
@@ -55,10 +55,15 @@ class LocalBackend:
     def discard(self, staged: pathlib.Path) -> None:
         shutil.rmtree(staged, ignore_errors=True)
 
-    def prestart(self, slots) -> None:
-        """Launch a warm worker for each of ``slots``, for the next job that runs there."""
+    def keep_warm(self, slots) -> None:
+        """Launch warm workers until one waits for each entry of ``slots`` (by environment)."""
+        with self._warm_lock:
+            waiting = [env for env, _ in self._warm]
         for slot in slots:
             env = self._environment(slot)
+            if env in waiting:
+                waiting.remove(env)
+                continue
             with self._warm_lock:
                 self._launched += 1
                 log_path = self._scratch / f"warm-{self._launched}.log"

@@ -111,7 +111,7 @@ class RayBackend:
     def discard(self, staged) -> None:
         """Nothing to clean: a staged Ray job is only bytes."""
 
-    def prestart(self, slots) -> None:
+    def keep_warm(self, slots) -> None:
         """Nothing: Ray starts and reuses its own worker processes."""
 
     def start(self, job: Job, slot: devices.Slot, events: JobEvents) -> None:
