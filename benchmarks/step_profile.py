@@ -14,9 +14,6 @@ flattened gradient (the next lever for 2 GPUs, benchmarks/NOTES.md). Env: SIZE (
 device), NSTEPS (20 per timing), SAVE_TRACE (variants whose perfetto trace to keep),
 OUT (folder for step_profile.json/.txt).
 """
-import collections
-import glob
-import gzip
 import json
 import os
 import shutil
@@ -33,6 +30,9 @@ import jaxflowers as jf
 from jaxflowers.data.feed import ResidentData
 from jaxflowers.parallel.data_parallel import DataParallel, select_devices
 from jaxflowers.training.program import TrainProgram
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace_summary import find_trace, summarize  # noqa: E402
 
 OUT = os.environ.get("OUT", "."); os.makedirs(OUT, exist_ok=True)
 SIZE = int(os.environ.get("SIZE", 224)); MODEL = os.environ.get("MODEL", "resnet50")
@@ -174,40 +174,6 @@ def ours(nd, solver, aug, layout=None):
         held[0], metrics = ready.run(held[0], total); return metrics
     return call, nd
 
-def summarize(path, steps, tag):
-    ev = json.load(gzip.open(path))
-    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
-    pn, tn = {}, {}
-    for e in ev:
-        if e.get("ph") == "M" and e.get("name") == "process_name": pn[e["pid"]] = e["args"]["name"]
-        if e.get("ph") == "M" and e.get("name") == "thread_name": tn[(e["pid"], e["tid"])] = e["args"]["name"]
-    lines = collections.defaultdict(list)
-    for e in ev:
-        if e.get("ph") == "X" and "dur" in e: lines[(e["pid"], e["tid"])].append(e)
-    tot = sorted(lines.items(), key=lambda kv: -sum(x["dur"] for x in kv[1]))
-    log(f"--- {tag}: lines (ms per step, events per step)")
-    for key, es in tot[:12]:
-        span = (max(x["ts"] + x["dur"] for x in es) - min(x["ts"] for x in es)) / 1e3 / steps
-        log(f"  {pn.get(key[0], key[0])[:40]:40s} | {tn.get(key, key[1])[:30]:30s} busy {sum(x['dur'] for x in es)/1e3/steps:8.3f} span {span:8.3f} n {len(es)/steps:7.1f}")
-    shown = 0
-    for key, es in tot:
-        name = pn.get(key[0], "") + "|" + tn.get(key, "")
-        if "GPU" not in name and "gpu" not in name: continue
-        shown += 1
-        if shown > 3: break
-        agg = collections.defaultdict(lambda: [0.0, 0])
-        for x in es:
-            agg[x["name"]][0] += x["dur"]; agg[x["name"]][1] += 1
-        cats = collections.defaultdict(float)
-        for nm, (d, _) in agg.items():
-            l = nm.lower()
-            cat = ("nccl" if "nccl" in l else "conv/gemm" if any(l.startswith(s) for s in ("sm90", "nvjet", "void cutlass", "_zn17cutlass", "cutlass", "xmma", "void xmma"))
-                   else "reduce" if "reduc" in l else "transpose/copy" if ("transpose" in l or "copy" in l) else "fusion/other")
-            cats[cat] += d
-        log(f"  == {name[:70]}: categories ms/step " + ", ".join(f"{k}={v/1e3/steps:.3f}" for k, v in sorted(cats.items(), key=lambda kv: -kv[1])))
-        for nm, (d, c) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:25]:
-            log(f"     {d/1e3/steps:7.3f} ms x{c/steps:5.1f}  {nm[:110]}")
-
 for w in WHICH:
     t0 = time.perf_counter()
     if w.startswith("dp_"):
@@ -229,12 +195,12 @@ for w in WHICH:
     with jax.profiler.trace(d, create_perfetto_trace=True):
         for _ in range(5): out = call()
         jax.block_until_ready(out)
-    fs = glob.glob(f"{d}/**/perfetto_trace.json.gz", recursive=True)
-    if fs:
-        summarize(fs[0], 5, w)
+    trace = find_trace(d)
+    if trace:
+        summarize(trace, 5, w, log)
         if os.environ.get("SAVE_TRACE") and w in os.environ["SAVE_TRACE"]:
-            shutil.copy(fs[0], f"{OUT}/trace_{w}.json.gz")
-    else: log("no perfetto trace", glob.glob(f"{d}/**", recursive=True))
+            shutil.copy(trace, f"{OUT}/trace_{w}.json.gz")
+    else: log("no perfetto trace in", d)
 json.dump(rows, open(f"{OUT}/step_profile.json", "w"), indent=1)
 open(f"{OUT}/step_profile.txt", "w").write("\n".join(report))
 for r in rows: print(f"{r['variant']:22s} {r['step_ms']:7.2f} ms {r['images_per_s']:8.0f} img/s")
