@@ -130,7 +130,12 @@ def placed(seconds: float):
 
 def worker_facts():
     """This worker's pid and whether JAX was imported before the job began (what a warm
-    worker does while it waits); prints a line to the job's log."""
-    facts = {"pid": os.getpid(), "jax_preloaded": "jax" in sys.modules}
+    worker does while it waits) and when it was ready, relative to its job's hand-over
+    (``channel.ready``); prints a line to the job's log."""
+    from jaxflowers.sweep import channel
+
+    ready = channel.ready()
+    facts = {"pid": os.getpid(), "jax_preloaded": "jax" in sys.modules,
+             "ready_before_job": None if ready is None else ready <= channel.launched()}
     print(f"worker facts: {facts}", flush=True)
     return facts

@@ -8,10 +8,12 @@ import os
 import threading
 from typing import Any, Mapping
 
-__all__ = ["ENV_FD", "ENV_LAUNCHED", "connect", "encode_message", "launched", "report"]
+__all__ = ["ENV_FD", "ENV_LAUNCHED", "ENV_READY", "connect", "encode_message", "launched",
+           "ready", "report"]
 
 ENV_FD = "JAXFLOWERS_SWEEP_REPORT_FD"
 ENV_LAUNCHED = "JAXFLOWERS_SWEEP_LAUNCHED"  # time.time() when the worker got its job
+ENV_READY = "JAXFLOWERS_SWEEP_READY"  # time.time() when a warm worker had imported JAX
 # The one pipe of this worker process; set by ``connect`` in the worker, None elsewhere.
 _channel: dict[str, Any] = {"fd": None, "lock": threading.Lock()}
 
@@ -54,10 +56,11 @@ def connect(environ: dict[str, str] | None = None) -> bool:
     environ = os.environ if environ is None else environ
     fd = environ.pop(ENV_FD, None)  # popped: the job's subprocesses must not inherit it
     _channel["fd"] = int(fd) if fd else None
-    try:
-        _channel["launched"] = float(environ.pop(ENV_LAUNCHED))
-    except (KeyError, ValueError):
-        _channel["launched"] = None
+    for key, name in (("launched", ENV_LAUNCHED), ("ready", ENV_READY)):
+        try:
+            _channel[key] = float(environ.pop(name))
+        except (KeyError, ValueError):
+            _channel[key] = None
     return _channel["fd"] is not None
 
 
@@ -65,3 +68,9 @@ def launched() -> float | None:
     """``time.time()`` when this worker got its job (its launch, or the hand-over to a warm
     worker); None outside a pool."""
     return _channel.get("launched")
+
+
+def ready() -> float | None:
+    """``time.time()`` when this warm worker had imported JAX and the training code; None if
+    the worker was launched with its job, or outside a pool."""
+    return _channel.get("ready")

@@ -10,7 +10,7 @@ import time
 from typing import Any, Mapping
 
 from jaxflowers import recipes  # imports no JAX
-from jaxflowers.sweep.channel import launched, report
+from jaxflowers.sweep.channel import launched, ready, report
 
 __all__ = ["job_options", "train_job"]
 
@@ -55,11 +55,15 @@ def train_job(*, data, model, options, execution=None, seed: int | None = None):
 
 class _StartUp:
     """When a job's start-up steps ended, in seconds after its worker got it (launched with
-    it, or handed it warm), or after ``train_job`` began outside a pool: one line in its log."""
+    it, or handed it warm), or after ``train_job`` began outside a pool: one line in its log.
+    A warm worker's line begins with when it had imported JAX (negative: before the job came)."""
 
     def __init__(self):
         self.origin = launched() or time.time()
-        self.marks: dict[str, float] = {"job function": time.time() - self.origin}
+        self.marks: dict[str, float] = {}
+        if ready() is not None:
+            self.marks["worker ready"] = ready() - self.origin
+        self.marks["job function"] = time.time() - self.origin
 
     def mark(self, name: str) -> None:
         self.marks[name] = time.time() - self.origin

@@ -16,6 +16,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 import traceback
 
 __all__ = ["WAIT_FLAG", "main", "run"]
@@ -71,13 +72,14 @@ def _wait_for_job(jobs: queue.SimpleQueue) -> pathlib.Path:
     line, ``_watch_parent``), send the output to the job's log."""
     import importlib
 
-    from jaxflowers.sweep.channel import ENV_LAUNCHED
+    from jaxflowers.sweep.channel import ENV_LAUNCHED, ENV_READY
 
     for module in PRELOAD:
         try:
             importlib.import_module(module)
         except Exception as error:  # noqa: BLE001 (the job imports it again and reports)
             print(f"warm worker: importing {module} failed: {error}", file=sys.stderr)
+    os.environ[ENV_READY] = repr(time.time())
     job = json.loads(jobs.get())
     sys.stdout.flush()
     sys.stderr.flush()
