@@ -165,6 +165,25 @@ def test_messages_sent_before_after_each_are_kept(make_pool):
     assert [m["i"] for _, m, _ in records] == [0, 1, 2]
 
 
+def test_a_relay_gives_late_listeners_every_earlier_message_in_order(make_pool):
+    """Jobs submitted before the progress figure exists: a ``Relay`` registered first hands
+    each listener attached later every earlier message, then the live ones, in order."""
+    from jaxflowers.sweep.events import Relay
+
+    pool = make_pool(1)
+    relay = pool.after_each(Relay())
+    assert pool.submit(sweep_jobs.add, 1, 2).result(timeout=120) == 3
+    early, live = [], []
+    relay.after_each(lambda job, message: early.append((job, message.get("i", "-"))))
+    assert early == [(0, 0), (0, 1), (0, 2)]  # the add job's three messages, already sent
+    relay.after_each(lambda job, message: live.append((job, message.get("i", "-"))))
+    relay.seal()
+    assert pool.submit(sweep_jobs.add, 2, 2).result(timeout=120) == 4
+    assert early == live == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    with pytest.raises(RuntimeError, match="sealed"):
+        relay.after_each(print)
+
+
 def test_cancel_queued_and_running_jobs(make_pool):
     pool = make_pool(1)
     started, pids, states = threading.Event(), {}, []
@@ -555,6 +574,7 @@ def test_warm_workers_take_the_next_jobs_and_none_outlives_the_pool(tmp_path):
         first, second = pool.submit(sweep_jobs.worker_facts), pool.submit(sweep_jobs.worker_facts)
         facts = jf.sweep.fetch_outputs([first, second])
     assert [f["jax_preloaded"] for f in facts] == [True, True]
+    assert facts[0]["ready_before_job"] is not None  # the job's start-up line can say when
     assert facts[0]["pid"] == waiting.pid != facts[1]["pid"]
     logs = sorted((tmp_path / "logs").iterdir())
     assert [log.name for log in logs] == ["job-0000.log", "job-0001.log"]
@@ -565,7 +585,8 @@ def test_warm_workers_take_the_next_jobs_and_none_outlives_the_pool(tmp_path):
         [waiting] = _workers()
         waiting.kill()
         waiting.wait(timeout=10)
-        assert pool.submit(sweep_jobs.worker_facts).result(timeout=120)["jax_preloaded"] is False
+        facts = pool.submit(sweep_jobs.worker_facts).result(timeout=120)
+        assert facts["jax_preloaded"] is False and facts["ready_before_job"] is None
     with jf.sweep.DevicePool(2, log_dir=tmp_path / "unused", warm_workers=True):
         assert len(_workers()) == 2
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]

@@ -133,6 +133,8 @@ def test_cli_sweep_without_prepared_cifar10_says_what_to_use_instead(tmp_path):
 
 
 def test_the_caller_imports_no_jax_before_its_jobs_start(tmp_path):
+    """Not before the jobs start (a GPU backend would hold memory their workers need), but
+    in the background once one has taken a step, so fetching the results does not wait."""
     code = ("import sys\nfrom jaxflowers.cli.entry import main\n"
             "from jaxflowers.sweep import DevicePool\n"
             "from jaxflowers.sweep.example import example_plan\n"
@@ -140,10 +142,17 @@ def test_the_caller_imports_no_jax_before_its_jobs_start(tmp_path):
             "plan = example_plan('digits')\n"
             "from jaxflowers.sweep.jobs import job_options\n"
             "job_options({'steps_per_dispatch': 1, 'augmentation': {'reflect_x': True}})\n"
+            "from jaxflowers.sweep.events import Relay\n"
             "with DevicePool(1, log_dir='logs') as pool:\n"
-            "    example._watch(pool, (1,), sys.stdout)\n"
+            "    relay = pool.after_each(Relay())\n"
             "    pool.submit(example.depth_job, data=plan, depth=1).cancel()\n"
-            "assert 'jax' not in sys.modules, 'jax imported'\n")
+            "    example._watch(pool, relay, (1,), sys.stdout)\n"
+            "assert 'jax' not in sys.modules, 'jax imported'\n"
+            # a job's first step: the results' modules load meanwhile, in a thread
+            "relay(0, {'state': 'iteration', 'iteration': 1})\n"
+            "import threading, time\n"
+            "[t.join(60) for t in threading.enumerate() if t.name == 'jaxflowers-result-imports']\n"
+            "assert 'jax' in sys.modules and 'jaxflowers.inference.net' in sys.modules\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(),
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -9,7 +9,7 @@ import queue
 import threading
 from typing import Any, Callable
 
-__all__ = ["EventDispatcher", "OnlyStates"]
+__all__ = ["EventDispatcher", "OnlyStates", "Relay"]
 
 _log = logging.getLogger(__name__)
 
@@ -97,3 +97,39 @@ class OnlyStates:
 
     def __repr__(self) -> str:
         return f"{self.callback!r} (states {sorted(self.states)})"
+
+
+class Relay:
+    """An ``after_each`` callback that passes each message on to listeners attached later, the
+    earlier messages first: jobs can be submitted before a slow listener (a figure) exists.
+
+    ``relay.after_each(listener)`` attaches one (as ``DevicePool.after_each``); ``seal()``
+    stops keeping messages for listeners yet to come.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()  # one message at a time, in order, to every listener
+        self._kept: list[tuple[int, dict]] | None = []
+        self._listeners: list[Callable] = []
+
+    def __call__(self, job_index: int, message: dict) -> None:
+        with self._lock:
+            if self._kept is not None:
+                self._kept.append((job_index, message))
+            for listener in self._listeners:
+                EventDispatcher._call(listener, (job_index, message))
+
+    def after_each(self, listener: Callable) -> Callable:
+        """Attach ``listener(job_index, message)``; it first gets every message kept so far."""
+        with self._lock:
+            if self._kept is None:
+                raise RuntimeError("Relay.after_each: sealed, earlier messages are gone")
+            for item in self._kept:
+                EventDispatcher._call(listener, item)
+            self._listeners.append(listener)
+        return listener
+
+    def seal(self) -> None:
+        """Keep no more messages: every listener is attached."""
+        with self._lock:
+            self._kept = None

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import importlib
 import os
 import pathlib
 import sys
+import threading
 import time
 from typing import Any, Mapping, Sequence, TextIO
 
 from jaxflowers import recipes
 from jaxflowers.host import signals
+from jaxflowers.sweep.events import Relay
 from jaxflowers.sweep.example import report as results
 from jaxflowers.sweep.example.data import example_plan
 from jaxflowers.sweep.example.report import JobOutcome, ProgressTable
@@ -133,9 +136,10 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
             count = ("as many as fit (jobs_per_device='auto')" if jobs_per_device == "auto"
                      else jobs_per_device)
             print(f"Jobs on each GPU: {count}, running {together}", file=stream)
-        plot, table = _watch(pool, depths, stream, start, out / "sweep_progress.png")
+        relay = pool.after_each(Relay())  # the jobs start while the figure is made
         futures = [pool.submit(depth_job, data=plan, depth=d, max_epochs=epochs, seed=seed,
                                options_overrides=overrides) for d in depths]
+        plot, table = _watch(pool, relay, depths, stream, start, out / "sweep_progress.png")
         interrupted = _wait(futures, pool, stream)
     outputs, outcomes = _fetch(futures, depths)
     best = results.print_outcomes(outcomes, table, stream)
@@ -177,21 +181,43 @@ def _prepare(plan: Mapping, stream: TextIO) -> None:
           flush=True)
 
 
-def _watch(pool: DevicePool, depths: tuple[int, ...], stream: TextIO,
+def _watch(pool: DevicePool, relay: Relay, depths: tuple[int, ...], stream: TextIO,
            start: float | None = None, path: pathlib.Path | None = None):
-    """Register the live table and the progress grid (kept up to date in ``path`` without a
-    display) before any job can report; both."""
+    """Attach the live table and the progress grid (kept up to date in ``path`` without a
+    display) to ``relay``, which has every job's messages since the first; both."""
     from jaxflowers.plots.sweep_grid import sweep_progress  # matplotlib, no JAX
 
-    plot = sweep_progress(pool, num_jobs=len(depths), titles=[f"Depth {d}" for d in depths],
+    plot = sweep_progress(relay, num_jobs=len(depths), titles=[f"Depth {d}" for d in depths],
                           path=path, title=f"cifar_net of depths {', '.join(map(str, depths))}")
     print(f"Training {len(depths)} networks (cifar_net depths {', '.join(map(str, depths))}) "
           f"on {pool.num_slots} slot(s) of a {pool.backend} pool; job logs in {pool.log_dir}",
           file=stream)
     table = ProgressTable(depths, stream, start)
     table.header()
-    pool.after_each(table)
+    relay.after_each(table)
+    relay.after_each(_ImportWhileTraining("jax.numpy", "jaxflowers.models",
+                                          "jaxflowers.inference.net", "jaxflowers.training.info"))
+    relay.seal()
     return plot, table
+
+
+class _ImportWhileTraining:
+    """An ``after_each`` listener: at a job's first step (the workers' start-ups are over, so
+    it takes no CPU from them) import ``modules`` in a thread, so that fetching the results
+    (``TrainedNet``, ``TrainingInfo``: JAX) does not wait for the imports. No backend starts."""
+
+    def __init__(self, *modules: str):
+        self.modules, self.started = modules, False
+
+    def __call__(self, job_index: int, message: dict) -> None:
+        if self.started or message.get("state") != "iteration":
+            return
+        self.started = True
+        threading.Thread(target=self._load, name="jaxflowers-result-imports", daemon=True).start()
+
+    def _load(self) -> None:
+        for module in self.modules:
+            importlib.import_module(module)
 
 
 def _wait(futures, pool: DevicePool, stream: TextIO) -> str | None:
