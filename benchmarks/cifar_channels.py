@@ -57,6 +57,7 @@ def main() -> None:
                          "precision": precision, "step_ms": 1e3 * row["step_s"],
                          "compile_s": row["compile_s"], "images_per_s": row["images_per_s"]})
             print(json.dumps(rows[-1]), flush=True)
+            _save(args.out, rows, profiles)
     if args.profile_epochs:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from trace_summary import find_trace, summarize
@@ -66,14 +67,16 @@ def main() -> None:
             execution = jf.ExecutionOptions(precision=precision)
             jf.train(data, model, run, execution=execution)  # compiled once, outside the trace
             folder = tempfile.mkdtemp(prefix="cifar_profile_")
-            with jax.profiler.trace(folder, create_perfetto_trace=True):
+            # without Python's tracer: a training's thousands of host events per step would
+            # make the trace's conversion take minutes
+            quiet = jax.profiler.ProfileOptions()
+            quiet.python_tracer_level = 0
+            with jax.profiler.trace(folder, create_perfetto_trace=True, profiler_options=quiet):
                 jf.train(data, model, run, execution=execution)
             steps = args.profile_epochs * (len(data) // args.batch)
             tag = f"depth {depth}, multiple {multiple}, {precision}"
             profiles[tag] = summarize(find_trace(folder), steps, tag)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"rows": rows, "profiles": profiles}, f, indent=1)
+            _save(args.out, rows, profiles)
     print("depth | " + " | ".join(f"multiple {m}, {p} ms"
                                    for m in args.multiples for p in args.precisions))
     for depth in args.depths:
@@ -81,6 +84,13 @@ def main() -> None:
                                    and r["channel_multiple"] == m and r["precision"] == p)
                  for m in args.multiples for p in args.precisions]
         print(f"{depth} | " + " | ".join(f"{c:.3f}" for c in cells))
+
+
+def _save(path, rows, profiles):
+    """Write what was measured so far (a run cut short keeps it)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump({"rows": rows, "profiles": profiles}, f, indent=1)
 
 
 if __name__ == "__main__":
