@@ -3,7 +3,7 @@ trained through ``train`` on 45,000 synthetic 32x32 images (SGDM, the sweep's au
 128 images), each depth and multiple in turn, rounds alternating in one process.
 
     python benchmarks/cifar_channels.py [--depths 1 2 3 4] [--multiples 1 8 16] [--rounds 2]
-        [--precisions auto float32] [--profile-epochs 2 --out-dir DIR]
+        [--precisions auto float32] [--profile-epochs 2] [--out FILE.json]
 
 Multiple 1 computes on MATLAB's widths (depth 3: 9/18/36 channels, which cuDNN pads for its
 tensor cores in every convolution); 8 and 16 round each layer's channels up with zeros, so the

@@ -1,5 +1,5 @@
 """Sum a ``jax.profiler`` perfetto trace per step: each timeline's busy time and span, and the
-GPU kernels by kind and by name. Used by ``step_profile.py`` and ``cifar_profile.py``."""
+GPU kernels by kind and by name. Used by ``step_profile.py`` and ``cifar_channels.py``."""
 import collections
 import glob
 import gzip
@@ -27,6 +27,13 @@ def kind(name):
     return "fusion/other"
 
 
+def _busy_and_span(events, steps):
+    """Milliseconds per step a timeline's events take, and from its first start to its last end."""
+    busy = sum(x["dur"] for x in events) / 1e3 / steps
+    span = (max(x["ts"] + x["dur"] for x in events) - min(x["ts"] for x in events)) / 1e3 / steps
+    return busy, span
+
+
 def summarize(path, steps, tag, log=print, top=25):
     """Log per step: the 12 busiest timelines (busy ms, span ms, events), then for up to three
     GPU timelines the kernel time by kind and the ``top`` kernels by name.
@@ -49,8 +56,7 @@ def summarize(path, steps, tag, log=print, top=25):
     busiest = sorted(lines.items(), key=lambda kv: -sum(x["dur"] for x in kv[1]))
     log(f"--- {tag}: lines (ms per step, events per step)")
     for key, es in busiest[:12]:
-        span = (max(x["ts"] + x["dur"] for x in es) - min(x["ts"] for x in es)) / 1e3 / steps
-        busy = sum(x["dur"] for x in es) / 1e3 / steps
+        busy, span = _busy_and_span(es, steps)
         log(f"  {pname.get(key[0], key[0])[:40]:40s} | {tname.get(key, key[1])[:30]:30s} "
             f"busy {busy:8.3f} span {span:8.3f} n {len(es) / steps:7.1f}")
     out = {}
@@ -68,8 +74,8 @@ def summarize(path, steps, tag, log=print, top=25):
         for nm, (d, _) in by_name.items():
             by_kind[kind(nm)] += d / 1e3 / steps
         ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
-        span = (max(x["ts"] + x["dur"] for x in es) - min(x["ts"] for x in es)) / 1e3 / steps
-        out[name] = {"busy_ms": sum(x["dur"] for x in es) / 1e3 / steps, "span_ms": span,
+        busy, span = _busy_and_span(es, steps)
+        out[name] = {"busy_ms": busy, "span_ms": span,
                      "kernels": len(es) / steps, "by_kind": dict(by_kind),
                      "top": [[nm, d / 1e3 / steps, c / steps] for nm, (d, c) in ranked]}
         log(f"  == {name[:70]}: kinds ms/step " + ", ".join(

@@ -61,8 +61,8 @@ class _StartUp:
     def __init__(self):
         self.origin = launched() or time.time()
         self.marks: dict[str, float] = {}
-        if ready() is not None:
-            self.marks["worker ready"] = ready() - self.origin
+        if (worker_ready := ready()) is not None:
+            self.marks["worker ready"] = worker_ready - self.origin
         self.marks["job function"] = time.time() - self.origin
 
     def mark(self, name: str) -> None:

@@ -18,9 +18,9 @@ import numpy as np
 
 from jaxflowers.host.files import write_atomic
 
-__all__ = ["TRAVELLING", "decode_tree", "encode_tree", "job_reference", "read_arguments",
-           "read_result_bytes", "read_result_files", "rebuild", "resolve_job", "write_arguments",
-           "write_result"]
+__all__ = ["TRAVELLING", "decode_tree", "encode_tree", "import_for_rebuild", "job_reference",
+           "read_arguments", "read_result_bytes", "read_result_files", "rebuild", "resolve_job",
+           "write_arguments", "write_result"]
 
 _ARRAY, _TUPLE, _OBJECT = "__array__", "__tuple__", "__object__"
 # The classes that travel, by name, and the module each lives in.
@@ -165,6 +165,14 @@ def decode_tree(tree: Any, load: Callable[[str], np.ndarray]) -> Any:
     if _OBJECT in tree:
         return {_OBJECT: tree[_OBJECT], "value": decode_tree(tree["value"], load)}
     return {k: decode_tree(v, load) for k, v in tree.items()}
+
+
+def import_for_rebuild() -> None:
+    """Import what ``rebuild`` needs for the ``TRAVELLING`` classes, JAX and the models
+    included (``TrainedNet.from_dict`` builds one), so that a later ``Future.result()`` need
+    not wait for it; starts no backend."""
+    for module in ("jax.numpy", "jaxflowers.models", *dict.fromkeys(TRAVELLING.values())):
+        importlib.import_module(module)
 
 
 def rebuild(value: Any) -> Any:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import importlib
 import os
 import pathlib
 import sys
@@ -17,6 +16,7 @@ from typing import Any, Mapping, Sequence, TextIO
 
 from jaxflowers import recipes
 from jaxflowers.host import signals
+from jaxflowers.sweep import transfer
 from jaxflowers.sweep.events import Relay
 from jaxflowers.sweep.example import report as results
 from jaxflowers.sweep.example.data import example_plan
@@ -195,29 +195,25 @@ def _watch(pool: DevicePool, relay: Relay, depths: tuple[int, ...], stream: Text
     table = ProgressTable(depths, stream, start)
     table.header()
     relay.after_each(table)
-    relay.after_each(_ImportWhileTraining("jax.numpy", "jaxflowers.models",
-                                          "jaxflowers.inference.net", "jaxflowers.training.info"))
+    relay.after_each(_ImportWhileTraining())
     relay.seal()
     return plot, table
 
 
 class _ImportWhileTraining:
     """An ``after_each`` listener: at a job's first step (the workers' start-ups are over, so
-    it takes no CPU from them) import ``modules`` in a thread, so that fetching the results
-    (``TrainedNet``, ``TrainingInfo``: JAX) does not wait for the imports. No backend starts."""
+    it takes no CPU from them) run ``transfer.import_for_rebuild`` in a thread, so that
+    fetching the results does not wait for JAX's import."""
 
-    def __init__(self, *modules: str):
-        self.modules, self.started = modules, False
+    def __init__(self):
+        self.started = False
 
     def __call__(self, job_index: int, message: dict) -> None:
         if self.started or message.get("state") != "iteration":
             return
         self.started = True
-        threading.Thread(target=self._load, name="jaxflowers-result-imports", daemon=True).start()
-
-    def _load(self) -> None:
-        for module in self.modules:
-            importlib.import_module(module)
+        threading.Thread(target=transfer.import_for_rebuild, name="jaxflowers-result-imports",
+                         daemon=True).start()
 
 
 def _wait(futures, pool: DevicePool, stream: TextIO) -> str | None:
