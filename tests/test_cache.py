@@ -101,11 +101,11 @@ def test_content_fingerprints_notice_a_change_the_metadata_hides(tmp_path, monke
                                                                    count_decodes):
     """``fingerprint="content"`` (``--verify-cache``) reads every file: it notices a change
     even where the stat fingerprint cannot (faked here by freezing it)."""
-    from jaxflowers.data import folder as folder_lib
+    from jaxflowers.data import scan as scan_lib
 
     root = _folder(tmp_path / "r")
-    real = folder_lib._stat_file
-    monkeypatch.setattr(folder_lib, "_stat_file", lambda path, fingerprint="stat": (
+    real = scan_lib._stat_file
+    monkeypatch.setattr(scan_lib, "_stat_file", lambda path, fingerprint="stat": (
         real(path, fingerprint) if fingerprint == "content" else (*real(path)[:2], "frozen", "")))
     ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images
     Image.new("RGB", (9, 7), (9, 9, 9)).save(root / "b" / "0.png")

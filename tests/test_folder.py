@@ -16,7 +16,7 @@ from PIL import Image
 
 import jaxflowers as jf
 from jaxflowers.data import ImageFolder, ImageSet
-from jaxflowers.data import folder as folder_lib
+from jaxflowers.data import scan as scan_lib
 
 
 def _save(path, color=(200, 30, 30), size=(12, 10), mode="RGB", **kwargs):
@@ -189,14 +189,14 @@ def test_unreadable_file_chmod(tmp_path):
 def test_unreadable_file_simulated(tmp_path, monkeypatch):
     _save(tmp_path / "r" / "a" / "ok.png")
     locked = str(_save(tmp_path / "r" / "a" / "locked.png"))
-    real = folder_lib._read_file
+    real = scan_lib._read_file
 
     def read(path):
         if path == locked:
             raise PermissionError(13, "Permission denied", path)
         return real(path)
 
-    monkeypatch.setattr(folder_lib, "_read_file", read)
+    monkeypatch.setattr(scan_lib, "_read_file", read)
     with pytest.raises(OSError, match="locked.png.*Permission denied"):
         ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c").images
     with pytest.warns(UserWarning, match="locked.png"):

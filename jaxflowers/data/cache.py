@@ -29,7 +29,8 @@ from jaxflowers.data.imread import decode_rows, failure_reason, read_error
 from jaxflowers.host.files import unwritable, write_json_atomic
 
 __all__ = ["FORMAT_VERSION", "ON_ERROR", "RESIZE_METHOD", "ResizeCache", "cache_key",
-           "default_cache_dir", "default_workers", "file_digest", "open_or_build"]
+           "default_cache_dir", "default_workers", "file_digest", "file_stamp", "open_or_build",
+           "reopen"]
 
 RESIZE_METHOD = "pil-lanczos"  # recorded in the key and the sidecar; change it if decoding changes
 FORMAT_VERSION = 2  # 2: xxh3 digests, the folder's origin in the sidecar
@@ -44,11 +45,14 @@ class ResizeCache:
       path: the ``.npy`` file.
       images: read-only memmap, uint8 (N, H, W, 3), one row per file in list order.
       failed: ``{row: reason}`` of undecodable files (rows left zero; never hand them out).
+      stamp: ``file_stamp`` of the file when its digest was checked ("" for a cache deleted
+        once loaded): another process may ``reopen`` it unchecked while the stamp holds.
     """
 
     path: str
     images: np.ndarray
     failed: dict[int, str]
+    stamp: str = ""
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """uint8 (len(rows), H, W, 3), read-only: a memmap slice if contiguous, else a copy."""
@@ -86,6 +90,27 @@ def file_digest(path: str) -> str:
         while chunk := file.read(1 << 24):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_stamp(st: os.stat_result) -> str:
+    """Size, modification and change times and inode of a file: any rewrite changes one
+    (``cp -p``, tar and ``rsync -a`` keep size and mtime, not the inode or ctime)."""
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
+
+
+def reopen(path: str, stamp: str, shape: Sequence[int],
+           failed: dict[int, str]) -> ResizeCache | None:
+    """The cache at ``path`` that a process checked when the file had ``stamp``, without
+    reading its digest again; None if the file has changed since (or is not the shape)."""
+    try:
+        if not stamp or file_stamp(os.stat(path)) != stamp:
+            return None
+        images = np.load(path, mmap_mode="r")
+    except (OSError, ValueError):
+        return None
+    if images.shape != tuple(shape) or images.dtype != np.uint8:
+        return None
+    return ResizeCache(path, images, dict(failed), stamp)
 
 
 def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
@@ -189,9 +214,14 @@ def _open_valid(stem: str, key: str, shape: tuple[int, ...]) -> tuple[ResizeCach
     if (info.get("format"), info.get("key"), tuple(info.get("shape", ()))) != (
             FORMAT_VERSION, key, shape) or images.shape != shape or images.dtype != np.uint8:
         return None, f"header or shape {images.shape} {images.dtype} does not match {shape}"
+    try:
+        stamp = file_stamp(os.stat(npy))  # before the digest: a later change alters it
+    except OSError as exc:
+        return None, f"unreadable: {exc}"
     if file_digest(npy) != info.get("xxh3"):
         return None, "the file's digest does not match its sidecar; the file changed on disk"
-    return ResizeCache(npy, images, {int(k): v for k, v in info.get("failed", {}).items()}), ""
+    failed = {int(k): v for k, v in info.get("failed", {}).items()}
+    return ResizeCache(npy, images, failed, stamp), ""
 
 
 def _build(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
@@ -212,7 +242,8 @@ def _build(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
         if os.path.exists(tmp):
             os.remove(tmp)
     _remove_older(stem, how.origin, shape)
-    return ResizeCache(stem + ".npy", np.load(stem + ".npy", mmap_mode="r"), failed)
+    images = np.load(stem + ".npy", mmap_mode="r")
+    return ResizeCache(stem + ".npy", images, failed, file_stamp(os.stat(stem + ".npy")))
 
 
 def _remove_older(stem: str, origin: str | None, shape: tuple[int, ...]) -> None:

@@ -6,24 +6,19 @@ share. With ``on_error="skip"``, ``files``, ``labels`` and ``len()`` need the ca
 """
 from __future__ import annotations
 
-import concurrent.futures
 import os
-import stat
 import threading
-import warnings
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from jaxflowers.data import cache as cache_lib
 from jaxflowers.data import remote
+from jaxflowers.data import scan as scan_lib
 from jaxflowers.data.imageset import ImageSet, Labelled
+from jaxflowers.data.scan import FINGERPRINTS, IMAGE_EXTENSIONS
 
 __all__ = ["FINGERPRINTS", "IMAGE_EXTENSIONS", "ImageFolder"]
-
-FINGERPRINTS = ("stat", "content")
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".dib", ".gif",
-                              ".webp", ".tif", ".tiff"})
 
 
 class ImageFolder(Labelled):
@@ -38,6 +33,10 @@ class ImageFolder(Labelled):
       workers: listing and decoding threads (or processes).
       storage_options: keyword arguments for the fsspec file system of a URL root.
       fingerprint: how the cache sees a changed file: ``"stat"`` or ``"content"`` (its bytes).
+      listing: a file that ``save_listing`` wrote for this folder with the same settings
+        moments ago (a sweep's caller, for its workers): its file list and checked resize
+        cache are used instead of listing the folder and reading the cache's digest, unless
+        the cache has changed since (then, or if it is missing, the folder is listed).
 
     Raises:
       ValueError: a class folder without a single image.
@@ -46,15 +45,25 @@ class ImageFolder(Labelled):
     def __init__(self, root: str | os.PathLike, image_size: int | Sequence[int] = (224, 224),
                  include_subfolders: bool = True, on_error: str = "raise",
                  cache_dir: str | os.PathLike | None = None, workers: int | None = None, *,
-                 storage_options: dict | None = None, fingerprint: str = "stat"):
+                 storage_options: dict | None = None, fingerprint: str = "stat",
+                 listing: str | os.PathLike | None = None):
         image_size = _check_image_size(image_size)
         _check_options(on_error, workers, include_subfolders, storage_options, root)
         if fingerprint not in FINGERPRINTS:
             raise ValueError(f"ImageFolder(fingerprint={fingerprint!r}): use one of "
                              f"{', '.join(FINGERPRINTS)}")
-        source = _open_source(root, storage_options, fingerprint)
-        scan = _scan(source, include_subfolders, on_error, workers)
-        self._init_view(_Source(source, scan, image_size, cache_dir, workers, on_error), None)
+        source = scan_lib.open_source(root, storage_options, fingerprint)
+        settings = {"root": source.location, "image_size": list(image_size),
+                    "include_subfolders": include_subfolders, "on_error": on_error,
+                    "fingerprint": fingerprint, "cache_dir": os.path.abspath(
+                        os.fspath(cache_dir or cache_lib.default_cache_dir()))}
+        found = None if listing is None else scan_lib.load_listing(listing, settings)
+        scan = scan_lib.scan(source, include_subfolders, on_error, workers) if not found \
+            else found[0]
+        self._init_view(_Source(source, scan, image_size, cache_dir, workers, on_error,
+                                settings), None)
+        if found:
+            self._source.adopt(found[1], os.fspath(listing))
 
     def _init_view(self, source: "_Source", rows: np.ndarray | None) -> "ImageFolder":
         self._source = source
@@ -104,6 +113,21 @@ class ImageFolder(Labelled):
     def image_shape(self) -> tuple[int, int, int]:
         """(H, W, 3), known without decoding anything."""
         return (*self._source.image_size, 3)
+
+    @property
+    def listed_from(self) -> str | None:
+        """The ``listing`` file these images were opened from; None: this process listed them."""
+        return self._source.listing
+
+    def save_listing(self, path: str | os.PathLike) -> bool:
+        """Write the folder's file list and its checked resize cache (built if needed) to
+        ``path``, for processes that open the folder soon after with ``listing=path``.
+
+        Returns:
+          False, writing nothing, when the cache is not kept on disk (a read-only cache folder).
+        """
+        source = self._source
+        return scan_lib.save_listing(path, source.scan, source.cache(), source.settings)
 
     @property
     def cache_path(self) -> str:
@@ -170,170 +194,22 @@ def _check_options(on_error, workers, include_subfolders, storage_options, root)
         raise ValueError(f"storage_options apply to URL roots only; {root!r} is a local path")
 
 
-def _open_source(root, storage_options, fingerprint: str = "stat"):
-    if remote.is_url(root):
-        return remote.RemoteFolder(root, storage_options)
-    path = os.fspath(root)
-    return _LocalFolder(path[len("file://"):] if path.startswith("file://") else path,
-                        fingerprint)
-
-
-class _LocalFolder:
-    """A local folder with the interface of :class:`remote.RemoteFolder`."""
-
-    def __init__(self, root: str, fingerprint: str = "stat"):
-        self.root, self.fingerprint = os.path.abspath(root), fingerprint
-        if not os.path.exists(self.root):
-            raise FileNotFoundError(f"ImageFolder: root {root!r} does not exist")
-        if not os.path.isdir(self.root):
-            raise NotADirectoryError(f"ImageFolder: root {root!r} is not a folder")
-        self.name = os.path.basename(self.root) or "images"
-        self.location = self.root
-
-    def top(self) -> tuple[list[tuple[str, str]], list[str]]:
-        """([(class name, folder)] sorted by name, [files directly in root])."""
-        with os.scandir(self.root) as entries:
-            entries = sorted((e for e in entries if not e.name.startswith(".")),
-                             key=lambda e: e.name)
-        dirs = [(e.name, e.path) for e in entries if e.is_dir()]  # follows symlinks
-        return dirs, [e.path for e in entries if not e.is_dir()]
-
-    def files(self, folder: str, recursive: bool) -> list[tuple[str, int | None, str, str]]:
-        """[(path, size, fingerprint, problem)] under ``folder``, sorted; links kept inside it."""
-        base = os.path.realpath(folder)
-        root = os.path.realpath(self.root)
-        if root == base or root.startswith(base.rstrip(os.sep) + os.sep):  # an endless walk
-            raise ValueError(f"ImageFolder: class folder {folder!r} leads to {base!r}, which "
-                             f"holds the data root {self.root!r}; a class folder must hold "
-                             "only its own images")
-        seen, stack, out = set(), [folder], []
-        while stack:
-            current = stack.pop()
-            st = os.stat(current)
-            if (st.st_dev, st.st_ino) in seen:  # a symlink loop, or two links to one folder
-                continue
-            seen.add((st.st_dev, st.st_ino))
-            with os.scandir(current) as entries:
-                for entry in entries:
-                    if entry.name.startswith("."):
-                        continue
-                    if not entry.is_dir():
-                        out.append(_stat_file(entry.path, self.fingerprint))
-                    elif recursive and entry.is_symlink() and not _inside(
-                            os.path.realpath(entry.path), base):
-                        out.append((entry.path, None, "", "a link to a folder outside its "
-                                    "class folder, not followed"))
-                    elif recursive:
-                        stack.append(entry.path)
-        return sorted(out)
-
-    def read(self, path: str) -> bytes:
-        return _read_file(path)
-
-
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
-def _stat_file(path: str, fingerprint: str = "stat") -> tuple[str, int | None, str, str]:
-    """(path, size, fingerprint, problem) of one file."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:  # e.g. a dangling symlink
-        return path, None, "", f"{type(exc).__name__}: {exc}"
-    if not stat.S_ISREG(st.st_mode):
-        return path, None, "", "not a regular file"
-    if fingerprint == "content":
-        import xxhash
-        try:
-            return path, st.st_size, xxhash.xxh3_128_hexdigest(_read_file(path)), ""
-        except OSError as exc:
-            return path, None, "", f"{type(exc).__name__}: {exc}"
-    # inode and ctime: ``cp -p``, tar and ``rsync -a`` replace a file keeping size and mtime
-    return path, st.st_size, f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}", ""
-
-
-def _read_file(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _is_image(path: str) -> bool:
-    return os.path.splitext(path)[1].lower() in IMAGE_EXTENSIONS
-
-
-class _Scan(NamedTuple):
-    files: tuple[str, ...]
-    fingerprints: tuple[str, ...]
-    labels: np.ndarray  # int32 (N,)
-    class_names: tuple[str, ...]
-    skipped: tuple[tuple[str, str], ...]
-
-
-def _scan(source, recursive: bool, on_error: str, workers: int | None) -> _Scan:
-    """List ``source``'s class folders in parallel and sort their files into images and not."""
-    dirs, root_files = source.top()
-    if not dirs:
-        hint = (f"; it holds {len(root_files)} files but images must sit in class folders "
-                "(root/<class>/<image>)") if root_files else ""
-        raise ValueError(f"ImageFolder: no class folders in {source.location!r}{hint}")
-    with concurrent.futures.ThreadPoolExecutor(workers or cache_lib.default_workers()) as ex:
-        listings = list(ex.map(lambda d: source.files(d[1], recursive), dirs))
-    skipped = [(p, "not inside a class folder") for p in root_files if _is_image(p)]
-    files, fingerprints, labels, bad = [], [], [], []
-    for label, ((name, folder), listing) in enumerate(zip(dirs, listings)):
-        found = _sort_listing(listing, skipped, bad)
-        if not found:
-            raise ValueError(_empty_class_message(name, folder, listing, recursive))
-        files += [path for path, _ in found]
-        fingerprints += [fp for _, fp in found]
-        labels += [label] * len(found)
-    if bad and on_error == "raise":
-        raise OSError(f"cannot read image {bad[0][0]}: {bad[0][1]}; "
-                      "pass on_error='skip' to leave such files out")
-    _warn_skipped(source.location, skipped, "non-image file")
-    _warn_skipped(source.location, bad, "unreadable image")
-    return _Scan(tuple(files), tuple(fingerprints), np.asarray(labels, np.int32),
-                 tuple(name for name, _ in dirs), tuple(skipped + bad))
-
-
-def _sort_listing(listing, skipped: list, bad: list) -> list[tuple[str, str]]:
-    """(path, fingerprint) of the images; appends non-images to ``skipped``, empties to ``bad``."""
-    found = []
-    for path, size, fingerprint, problem in listing:
-        if not _is_image(path):
-            skipped.append((path, problem or "not an image file (by extension)"))
-        elif problem or size == 0:
-            bad.append((path, problem or "file is empty (0 bytes)"))
-        else:
-            found.append((path, fingerprint))
-    return found
-
-
-def _empty_class_message(name, folder, listing, recursive) -> str:
-    message = f"ImageFolder: class folder {folder!r} ({name!r}) contains no image files"
-    if listing:
-        message += f" ({len(listing)} other or unreadable files, e.g. {listing[0][0]!r})"
-    elif not recursive:
-        message += "; images in its sub-folders need include_subfolders=True"
-    return message + f"; extensions read: {', '.join(sorted(IMAGE_EXTENSIONS))}"
-
-
-def _warn_skipped(root: str, skipped: Sequence[tuple[str, str]], what: str) -> None:
-    if skipped:
-        warnings.warn(f"ImageFolder({root!r}): skipped {len(skipped)} {what}(s), e.g. "
-                      f"{skipped[0][0]} ({skipped[0][1]}); see .skipped", stacklevel=4)
-
-
 class _Source:
     """The scanned folder and its resize cache, shared by an ImageFolder and all its subsets."""
 
-    def __init__(self, source, scan: _Scan, image_size, cache_dir, workers, on_error):
+    def __init__(self, source, scan: scan_lib.Scan, image_size, cache_dir, workers, on_error,
+                 settings: dict):
         self.source, self.scan, self.image_size = source, scan, image_size
         self.cache_dir, self.workers, self.on_error = cache_dir, workers, on_error
-        self.root = source.location
+        self.root, self.settings, self.listing = source.location, settings, None
         self._cache = self._usable = None
         self._lock = threading.Lock()
+
+    def adopt(self, cache: cache_lib.ResizeCache, listing: str) -> None:
+        """Use ``cache``, checked by the process that wrote ``listing``."""
+        with self._lock:
+            self._use(cache)
+            self.listing = listing
 
     def cache(self) -> cache_lib.ResizeCache:
         """Open or build the resize cache, once per process and folder."""
@@ -344,18 +220,21 @@ class _Source:
                     origin=self.root,
                     image_size=self.image_size, cache_dir=self.cache_dir, name=self.source.name,
                     workers=self.workers, on_error=self.on_error,
-                    processes=None if isinstance(self.source, _LocalFolder) else False)
-                self._check_failed(cache.failed)
-                keep = np.ones(len(self.scan.files), bool)
-                keep[list(cache.failed)] = False
-                self._usable, self._cache = np.flatnonzero(keep), cache
+                    processes=None if isinstance(self.source, scan_lib.LocalFolder) else False)
+                self._use(cache)
             return self._cache
+
+    def _use(self, cache: cache_lib.ResizeCache) -> None:
+        self._check_failed(cache.failed)
+        keep = np.ones(len(self.scan.files), bool)
+        keep[list(cache.failed)] = False
+        self._usable, self._cache = np.flatnonzero(keep), cache
 
     def _check_failed(self, failed: dict[int, str]) -> None:
         if not failed:
             return
         lost = [(self.scan.files[i], why) for i, why in sorted(failed.items())]
-        _warn_skipped(self.root, lost, "undecodable image")
+        scan_lib.warn_skipped(self.root, lost, "undecodable image")
         left = np.bincount(np.delete(self.scan.labels, list(failed)),
                            minlength=len(self.scan.class_names))
         if (left == 0).any():

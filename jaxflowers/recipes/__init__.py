@@ -12,6 +12,7 @@ from jaxflowers.recipes.datasets import (
                                          load_data,
                                          load_plan,
                                          prepare_plan,
+                                         share_plan,
 )
 from jaxflowers.recipes.examples import (
                                          EXAMPLE_AUGMENTATION,
@@ -40,4 +41,4 @@ __all__ = ["DATASETS", "DataUnavailableError", "EXAMPLE_AUGMENTATION", "IMAGE_SI
            "digits_options", "flowers_options", "flowers_pretrained_options",
            "flowers_tuned_options", "is_plan",
            "load_data", "load_plan", "model_spec", "prepare_plan", "recipe", "recipe_for",
-           "sweep_options"]
+           "share_plan", "sweep_options"]

@@ -3,16 +3,17 @@
 A *spec* is ``"digits"``, ``"flowers"``, ``"cifar10"``, ``"tfds:NAME[:SPLIT]"``, a folder or URL
 of class folders, ``{"folder": path, "image_size": [h, w]}``, or an image set. A *plan* (JSON, so
 sweep workers rebuild the same split) is ``{"train", "test", "validation"}`` or ``{"source",
-"fractions"}`` (split per class, the rest tests), with ``"seed"`` and ``"image_size"``. No JAX.
+"fractions"}`` (split per class, the rest tests), with ``"seed"`` and ``"image_size"``, and
+``"listings"`` where ``share_plan`` saved the folders' checked listings for the workers. No JAX.
 """
 from __future__ import annotations
 
-import functools
 import os
+import warnings
 from typing import Any, Mapping
 
 __all__ = ["DATASETS", "DataUnavailableError", "data_plan", "describe_plan", "is_plan", "load_data",
-           "load_plan", "prepare_plan"]
+           "load_plan", "prepare_plan", "share_plan"]
 
 DATASETS = ("digits", "flowers", "cifar10")  # names; anything else is a folder, URL or tfds:
 
@@ -22,13 +23,13 @@ class DataUnavailableError(RuntimeError):
 
 
 def load_data(spec, *, image_size=None, cache_dir: str | os.PathLike | None = None,
-              fingerprint: str = "stat"):
+              fingerprint: str = "stat", listing: str | None = None):
     """One image set (uint8 ``images`` (N, H, W, 3), ``labels``, ``class_names``) from a spec.
 
     Args:
       spec: the data set (see the module).
       image_size: (height, width); None: a folder's 224 x 224, the digits' 32 x 32, TFDS's own.
-      cache_dir, fingerprint: as ``ImageFolder``'s.
+      cache_dir, fingerprint, listing: as ``ImageFolder``'s (a listing of a folder spec).
     """
     from jaxflowers.data import ImageFolder, digits
 
@@ -38,7 +39,7 @@ def load_data(spec, *, image_size=None, cache_dir: str | os.PathLike | None = No
     if isinstance(spec, Mapping) and "folder" in spec:
         size = tuple(spec.get("image_size") or size or (224, 224))
         return ImageFolder(spec["folder"], image_size=size, cache_dir=cache_dir,
-                           fingerprint=fingerprint)
+                           fingerprint=fingerprint, listing=listing)
     if not isinstance(spec, (str, os.PathLike)) or not str(spec):
         raise ValueError(f"data {spec!r}: use 'digits', 'flowers', 'cifar10', "
                          "'tfds:NAME[:SPLIT]', a folder or URL of class folders, "
@@ -57,7 +58,7 @@ def load_data(spec, *, image_size=None, cache_dir: str | os.PathLike | None = No
         return tfds_source(name, split or "train", image_size=size)
     if "://" in spec or os.sep in spec or os.path.exists(spec):  # a missing folder: its error
         return ImageFolder(spec, image_size=size or (224, 224), cache_dir=cache_dir,
-                           fingerprint=fingerprint)
+                           fingerprint=fingerprint, listing=listing)
     raise DataUnavailableError(f"data {spec!r} is neither a known set ({', '.join(DATASETS)}, "
                                "tfds:NAME) nor an existing folder")
 
@@ -105,19 +106,22 @@ def load_plan(plan) -> tuple[Any, Any, Any]:
     """``(train, validation, test)`` image sets of a plan or spec (None where it has none)."""
     if not is_plan(plan):
         return load_data(plan), None, None
-    size, seed = plan.get("image_size"), plan.get("seed", 0)
-    load = functools.partial(load_data, image_size=size,
-                             fingerprint=plan.get("fingerprint", "stat"))
+    size, seed, listings = plan.get("image_size"), plan.get("seed", 0), plan.get("listings", {})
+
+    def load(part):
+        return load_data(plan[part], image_size=size, listing=listings.get(part),
+                         fingerprint=plan.get("fingerprint", "stat"))
+
     if "source" in plan:
-        parts = load(plan["source"]).split_each_label(*plan["fractions"], seed=seed)
+        parts = load("source").split_each_label(*plan["fractions"], seed=seed)
         return (parts[0], parts[1], parts[2]) if len(parts) == 3 else (parts[0], None, parts[1])
-    train = load(plan["train"])
+    train = load("train")
     validation = plan.get("validation")
     if isinstance(validation, float):
         train, validation = train.split_each_label(1.0 - validation, seed=seed)
     elif validation is not None:
-        validation = load(validation)
-    test = load(plan["test"]) if plan.get("test") is not None else None
+        validation = load("validation")
+    test = load("test") if plan.get("test") is not None else None
     _check_same_classes(plan, train, test)
     return train, validation, test
 
@@ -158,18 +162,48 @@ def prepare_plan(plan) -> list:
     A sweep calls it first, so its workers open finished caches instead of all decoding at once.
     Returns each folder's ``ImageFolder``; raises ``DataUnavailableError`` if a set is not ready.
     """
-    folders = []
-    for part in ("source", "train", "test"):
+    return list(_prepare_parts(plan).values())
+
+
+def share_plan(plan, directory: str | os.PathLike) -> tuple[dict, list]:
+    """``prepare_plan``, then each folder's checked listing saved in ``directory``.
+
+    The workers loading the returned plan soon after open those listings instead of listing
+    the folders and reading their caches' digests again (seconds for 50,000 files). A worker
+    that cannot read a listing, or finds the cache changed, lists its folder itself.
+
+    Returns:
+      (the plan with ``"listings"``, each folder's ``ImageFolder``).
+    """
+    folders, listings = _prepare_parts(plan), {}
+    for part, folder in folders.items():
+        path = os.path.join(os.fspath(directory), f"listing-{part}.json")
+        try:
+            if folder.save_listing(path):
+                listings[part] = path
+        except OSError as error:  # the workers list the folder themselves
+            warnings.warn(f"cannot save the listing of {_name(plan[part])} to {path}: {error}",
+                          stacklevel=2)
+    return ({**plan, "listings": listings} if listings else dict(plan)), list(folders.values())
+
+
+def _prepare_parts(plan) -> dict:
+    """``{part: ImageFolder}`` of the plan's folders, their caches built; TFDS checked."""
+    folders = {}
+    for part in ("source", "train", "validation", "test"):
         spec = plan.get(part)
+        if spec is None or isinstance(spec, float) or spec == "digits":
+            continue
         if isinstance(spec, str) and (spec == "cifar10" or spec.startswith("tfds:")):
             _require_tfds(spec.removeprefix("tfds:").split(":")[0])
-        elif spec is not None and spec != "digits":
-            try:
-                folder = load_data(spec, image_size=plan.get("image_size"))
-                folder.cache_path  # builds the cache, or opens a valid one
-            except (OSError, ValueError) as error:
-                raise DataUnavailableError(f"cannot prepare {_name(spec)}: {error}") from error
-            folders.append(folder)
+            continue
+        try:
+            folder = load_data(spec, image_size=plan.get("image_size"),
+                               fingerprint=plan.get("fingerprint", "stat"))
+            folder.cache_path  # builds the cache, or opens a valid one
+        except (OSError, ValueError) as error:
+            raise DataUnavailableError(f"cannot prepare {_name(spec)}: {error}") from error
+        folders[part] = folder
     return folders
 
 
