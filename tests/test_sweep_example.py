@@ -109,9 +109,12 @@ def test_cli_sweep_on_real_photos_in_train_and_test_folders(tmp_path, shared_dat
             (photos / part / folder.name).mkdir(parents=True)
             for file in sorted(folder.glob("*.jpg"))[:count]:
                 (photos / part / folder.name / file.name).symlink_to(file)
+    (tmp_path / "tmp").mkdir()
     result = _sweep_cli(["--depths", "1", "--data", str(photos), "--epochs", "2",
-                         "--out", "out"], tmp_path, JAXFLOWERS_CACHE_DIR=str(tmp_path / "cache"))
+                         "--out", "out"], tmp_path, JAXFLOWERS_CACHE_DIR=str(tmp_path / "cache"),
+                        TMPDIR=str(tmp_path / "tmp"))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert os.listdir(tmp_path / "tmp") == []  # the listings and the pool's scratch are gone
     _check_outputs(result.stdout, [1], tmp_path / "out")
     assert re.search(r"^Test accuracy of depth 1: [\d.]+% \(200 images\)$", result.stdout, re.M)
     # The caller built both caches before the job started; the job only opened them.
@@ -120,6 +123,9 @@ def test_cli_sweep_on_real_photos_in_train_and_test_folders(tmp_path, shared_dat
     assert "Resizing 600 images" in result.stderr and "Resizing 200 images" in result.stderr
     [log] = (tmp_path / "out" / "sweep-logs").glob("job-*.log")
     assert "Training on 1 cpu device" in log.read_text() and "Resizing" not in log.read_text()
+    # ... and took the caller's listing of them instead of listing 800 files again.
+    assert re.search(r"^Start-up, .*, data listed by the caller [\d.]+, ", log.read_text(),
+                     re.M), log.read_text()
     # The job predicted its own test set (the caller only scores the best job's classes).
     assert "Predicted the 200 test images" in log.read_text()
 
@@ -169,14 +175,16 @@ def test_the_caller_builds_the_folder_caches_without_importing_jax(tmp_path, mon
                     photos / part / name / f"{i}.png")
     code = ("import sys\nfrom jaxflowers import recipes\n"
             "from jaxflowers.sweep.example import example_plan\n"
-            f"folders = recipes.prepare_plan(example_plan({str(photos)!r}))\n"
+            f"plan = example_plan({str(photos)!r})\n"
+            f"plan, folders = recipes.share_plan(plan, {str(tmp_path)!r})\n"
             "assert 'jax' not in sys.modules, 'preparing the data imported jax'\n"
-            "print(*(len(f) for f in folders))\n")
+            "print(*(len(f) for f in folders), *sorted(plan['listings']))\n")
     cache = tmp_path / "cache"
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                             env=_env(JAXFLOWERS_CACHE_DIR=str(cache)), text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["20", "4"] and "Resizing 20 images" in result.stderr
+    assert result.stdout.split() == ["20", "4", "test", "train"]
+    assert "Resizing 20 images" in result.stderr
     assert "\r" not in result.stderr  # a log gets a line per resize, not a bar
     monkeypatch.setenv("JAXFLOWERS_CACHE_DIR", str(cache))
     train, validation, test = recipes.load_plan(example_plan(str(photos)))  # a job's load

@@ -10,6 +10,7 @@ import dataclasses
 import os
 import pathlib
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Mapping, Sequence, TextIO
@@ -127,26 +128,28 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
     plan = example_plan(data, seed=seed)
     out = _output_folder(out_dir)
     print(f"Data: {recipes.describe_plan(plan)}", file=stream)
-    # The pool first: its warm workers start up while the data are prepared.
-    with signals.sigterm_raises(), DevicePool(devices, jobs_per_device, mps=mps,
-                                              log_dir=out / "sweep-logs") as pool:
-        _prepare(plan, stream)  # before any job: the workers then only open finished caches
-        if pool.sharing:
-            together = "together under MPS" if pool.sharing == "mps" else "in turns"
-            count = ("as many as fit (jobs_per_device='auto')" if jobs_per_device == "auto"
-                     else jobs_per_device)
-            print(f"Jobs on each GPU: {count}, running {together}", file=stream)
-        relay = pool.after_each(Relay())  # the jobs start while the figure is made
-        futures = [pool.submit(depth_job, data=plan, depth=d, max_epochs=epochs, seed=seed,
-                               options_overrides=overrides) for d in depths]
-        plot, table = _watch(pool, relay, depths, stream, start, out / "sweep_progress.png")
-        interrupted = _wait(futures, pool, stream)
-    outputs, outcomes = _fetch(futures, depths)
-    best = results.print_outcomes(outcomes, table, stream)
-    test = best_net = None
-    if best is not None:
-        best_net, _, test_codes = outputs[best]
-        test = _evaluate(best_net, test_codes, plan, depths[best], stream)
+    # the folders' listings: the jobs (and the test below) open them instead of listing again
+    with tempfile.TemporaryDirectory(prefix="jaxflowers-sweep-data-") as listings:
+        # The pool first: its warm workers start up while the data are prepared.
+        with signals.sigterm_raises(), DevicePool(devices, jobs_per_device, mps=mps,
+                                                  log_dir=out / "sweep-logs") as pool:
+            plan = _prepare(plan, stream, listings)  # the workers open finished caches, listed
+            if pool.sharing:
+                together = "together under MPS" if pool.sharing == "mps" else "in turns"
+                count = ("as many as fit (jobs_per_device='auto')" if jobs_per_device == "auto"
+                         else jobs_per_device)
+                print(f"Jobs on each GPU: {count}, running {together}", file=stream)
+            relay = pool.after_each(Relay())  # the jobs start while the figure is made
+            futures = [pool.submit(depth_job, data=plan, depth=d, max_epochs=epochs, seed=seed,
+                                   options_overrides=overrides) for d in depths]
+            plot, table = _watch(pool, relay, depths, stream, start, out / "sweep_progress.png")
+            interrupted = _wait(futures, pool, stream)
+        outputs, outcomes = _fetch(futures, depths)
+        best = results.print_outcomes(outcomes, table, stream)
+        test = best_net = None
+        if best is not None:
+            best_net, _, test_codes = outputs[best]
+            test = _evaluate(best_net, test_codes, plan, depths[best], stream)
     wall = time.perf_counter() - start
     facts = dict(data=recipes.describe_plan(plan), epochs=int(epochs), seed=seed,
                  interrupted=interrupted, wall_time=wall, log_dir=str(pool.log_dir))
@@ -171,14 +174,16 @@ def _output_folder(out_dir) -> pathlib.Path:
     return out
 
 
-def _prepare(plan: Mapping, stream: TextIO) -> None:
-    """``recipes.prepare_plan``, and one line saying how long it took."""
+def _prepare(plan: Mapping, stream: TextIO, listings: str) -> dict:
+    """``recipes.share_plan`` into the folder ``listings``, and one line saying how long it
+    took; the plan the jobs get."""
     start = time.perf_counter()
-    folders = recipes.prepare_plan(plan)
+    plan, folders = recipes.share_plan(plan, listings)
     what = (f"{sum(map(len, folders)):,} images in {len(folders)} resize cache(s)" if folders
             else "nothing to decode")
     print(f"Prepared the data in {time.perf_counter() - start:.1f} s ({what})", file=stream,
           flush=True)
+    return plan
 
 
 def _watch(pool: DevicePool, relay: Relay, depths: tuple[int, ...], stream: TextIO,
