@@ -109,4 +109,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from jaxflowers.host.processes import exit_without_teardown
+
+    exit_without_teardown(main())  # the job is done when its worker has exited
