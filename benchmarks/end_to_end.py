@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 
@@ -40,16 +41,29 @@ def command(args) -> list[str]:
 
 
 def run_once(cmd, env, timeout: float | None = None) -> dict:
+    """One run: wall seconds, and how long the process took to exit after its last line."""
     start = time.perf_counter()
-    try:
-        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as expired:
-        out = expired.stdout.decode() if isinstance(expired.stdout, bytes) else expired.stdout
-        return {"wall_s": time.perf_counter() - start, "returncode": "timeout",
-                "stdout_tail": (out or "")[-2000:]}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    errors = []
+    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    timer = threading.Timer(timeout or 1e9, proc.kill)
+    timer.start()
+    lines, last_line = [], start
+    for line in proc.stdout:
+        lines.append(line)
+        last_line = time.perf_counter()
+    returncode = proc.wait()
     wall = time.perf_counter() - start
+    timer.cancel()
+    reader.join()
+    result = subprocess.CompletedProcess(cmd, returncode, "".join(lines), "".join(errors))
+    if timeout and wall >= timeout:
+        return {"wall_s": wall, "returncode": "timeout", "stdout_tail": result.stdout[-2000:]}
     out = result.stdout
-    row = {"wall_s": wall, "returncode": result.returncode}
+    row = {"wall_s": wall, "returncode": result.returncode,
+           "exit_after_last_line_s": round(wall - (last_line - start), 3)}
     if m := re.search(r"Compile ([\d.]+) s, training ([\d.]+) s \(([\d,]+) images/s", out):
         row.update(compile_s=float(m[1]), train_s=float(m[2]),
                    images_per_s=float(m[3].replace(",", "")))
@@ -126,6 +140,8 @@ def main() -> None:
               f"{r.get('train_s', float('nan')):8.1f} "
               f"{rest if rest is not None else float('nan'):7.1f}"
               + (f"  (run_sweep {r['run_sweep_s']:.1f} s)" if "run_sweep_s" in r else "")
+              + (f"  (exit {r['exit_after_last_line_s']:.2f} s after the last line)"
+                 if "exit_after_last_line_s" in r else "")
               + (f"  FAILED rc={r['returncode']}" if r["returncode"] else ""))
         if "parts_s" in r:
             print("         " + ", ".join(f"{k} {v:.1f}" for k, v in r["parts_s"].items()))
