@@ -222,3 +222,8 @@ def test_the_search_benchmark_runs_on_a_tiny_cifar10_npz(tmp_path, shared_data):
     assert points[0] == points[1], "both runs search the same points"
     assert record["device_kind"] == "cpu" and record["batch_per_device"] == 128
     assert len(list((tmp_path / "out" / "cifar10-train").rglob("*.jpg"))) == 200
+    logs = sorted((tmp_path / "out").rglob("job-*.log"))  # every trial's, and the test job's
+    assert len(logs) >= 2 and all(
+        "data listed by the caller" in log.read_text() for log in logs if "Start-up" in
+        log.read_text()), "a trial listed the data folder again"
+    assert sum("Start-up" in log.read_text() for log in logs) == 2

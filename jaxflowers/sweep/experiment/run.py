@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import math
 import os
 import pathlib
 import sys
+import tempfile
 import time
 from typing import Any, TextIO
 
@@ -69,20 +71,23 @@ def run_experiment(experiment, pool=None, *, devices="all", jobs_per_device: int
     start, stream = time.perf_counter(), stream or sys.stdout
     out = pathlib.Path(experiment.out_dir)
     _introduce(experiment, stream)
-    _prepare(experiment, stream)  # a data set that cannot be read fails before the study
-    search = open_search(experiment)
-    recovered = search.recover()
-    _resuming(search, recovered, stream)
-    with _open_pool(pool, out, devices, jobs_per_device, backend, address) as pool:
-        _check_devices(experiment, pool)
-        view = _view(pool) if live else None
-        print(f"Running on {pool.num_slots} slot(s) of a {pool.backend} pool; job logs in "
-              f"{pool.log_dir}", file=stream, flush=True)
-        session = Session(experiment, search, pool, stream=stream, view=view)
-        interrupted = session.loop()
-        table = session.results()
-        best = _best(table)
-        tested = _test(experiment, pool, best, stream) if test and not interrupted else None
+    # the folders' listings: the trials open them instead of listing the folders again
+    with tempfile.TemporaryDirectory(prefix="jaxflowers-experiment-data-") as listings:
+        share = _prepare(experiment, stream, listings)  # unreadable data fail before the study
+        search = open_search(experiment)
+        recovered = search.recover()
+        _resuming(search, recovered, stream)
+        with _open_pool(pool, out, devices, jobs_per_device, backend, address) as pool:
+            _check_devices(experiment, pool)
+            view = _view(pool) if live else None
+            print(f"Running on {pool.num_slots} slot(s) of a {pool.backend} pool; job logs "
+                  f"in {pool.log_dir}", file=stream, flush=True)
+            session = Session(experiment, search, pool, stream=stream, view=view, share=share)
+            interrupted = session.loop()
+            table = session.results()
+            best = _best(table)
+            tested = (_test(experiment, pool, best, stream, share)
+                      if test and not interrupted else None)
     paths = _figures(experiment, table, view, tested, out, stream)
     result = ExperimentResult(table, best, tested and tested[0], tuple(session.ran),
                               tuple(recovered), interrupted, time.perf_counter() - start,
@@ -124,11 +129,23 @@ def _plans(experiment) -> list[dict]:
     return [experiment.design.job({"data": d}, ".")["data"] for d in sets]
 
 
-def _prepare(experiment, stream: TextIO) -> None:
-    """Build the folders' resize caches here, so the workers only open them."""
-    for plan in _plans(experiment):
+def _prepare(experiment, stream: TextIO, listings: str):
+    """Build the folders' resize caches here, so the workers only open them, and save their
+    listings in ``listings``; returns what maps a trial's plan to the plan naming them."""
+    shared = {}
+    for index, plan in enumerate(_plans(experiment)):
         print(f"Data: {recipes.describe_plan(plan)}", file=stream, flush=True)
-        recipes.prepare_plan(plan)
+        folder = os.path.join(listings, str(index))
+        shared[_plan_key(plan)] = recipes.share_plan(plan, folder)[0]
+
+    def share(plan: dict) -> dict:
+        return shared.get(_plan_key(plan), plan)
+
+    return share
+
+
+def _plan_key(plan: dict) -> str:
+    return json.dumps(plan, sort_keys=True)
 
 
 def _check_devices(experiment, pool) -> None:
@@ -155,12 +172,12 @@ def _best(table) -> dict | None:
     return None if not len(finished) else finished.iloc[0].to_dict()
 
 
-def _test(experiment, pool, best, stream: TextIO):
+def _test(experiment, pool, best, stream: TextIO, share):
     """Test the best network in a job; (facts, a function saving its confusion chart)."""
     if best is None or not best.get("network") or not pathlib.Path(best["network"]).exists():
         return None
     point = {name: _plain(best)[name] for name in experiment.design.space}
-    plan = experiment.design.job(point, ".")["data"]
+    plan = share(experiment.design.job(point, ".")["data"])
     future = pool.submit(jobs.test_job, network=best["network"], data=plan)
     try:
         codes, class_names = future.result()

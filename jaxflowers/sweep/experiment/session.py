@@ -15,7 +15,7 @@ import pathlib
 import sys
 import textwrap
 import threading
-from typing import Any, Mapping, TextIO
+from typing import Any, Callable, Mapping, TextIO
 
 from jaxflowers.sweep.example.report import save_figure  # any output: a warning if lost
 from jaxflowers.sweep.experiment import trial as jobs
@@ -65,8 +65,10 @@ def open_search(experiment):
 class Session:
     """Runs the missing trials of ``experiment`` on ``pool`` (see ``run_experiment``)."""
 
-    def __init__(self, experiment, search, pool, *, stream: TextIO, view):
+    def __init__(self, experiment, search, pool, *, stream: TextIO, view,
+                 share: Callable[[dict], dict] = lambda plan: plan):
         self.experiment, self.search, self.pool, self.view = experiment, search, pool, view
+        self.share = share  # a trial's data plan -> the plan naming the caller's listings
         self.design, self.objective = experiment.design, experiment.objective
         self.out = pathlib.Path(experiment.out_dir)
         self.names = list(self.design.space)
@@ -126,9 +128,10 @@ class Session:
             return
         trial, values = asked
         folder = self.out / "trials" / f"trial-{trial.number:04d}"
+        job = self.design.job(values, str(folder.resolve()))
         future = self.pool.submit(jobs.trial_job, timeout=self.experiment.timeout,
                                   num_devices=self.design.num_devices(values),
-                                  **self.design.job(values, str(folder.resolve())))
+                                  **{**job, "data": self.share(job["data"])})
         run = _Running(trial, point, values, future, panel=self._panel())
         self.running[future], self.by_job[future.job_index] = run, run
         self.attempted.add(point)
