@@ -62,3 +62,16 @@ def test_exiting_without_teardown_keeps_the_status_output_and_atexit(tmp_path):
             assert done.stdout == "buffered, no newline"
         else:  # sys.exit joins the thread, then tears down as usual
             assert "thread done" in done.stdout and "not reached" not in done.stdout
+
+
+def test_a_module_imports_this_package_even_from_a_folder_holding_another(tmp_path):
+    """``python -m`` puts the current folder first: a folder holding another ``jaxflowers``
+    (a second checkout, an older tree) must not replace the caller's in its workers."""
+    other = tmp_path / "jaxflowers"
+    other.mkdir()
+    (other / "__init__.py").write_text("raise ImportError('the other jaxflowers was imported')")
+    worker = launch.start_module("jaxflowers.sweep.backends.worker", cwd=tmp_path,
+                                 stderr=subprocess.PIPE, text=True)
+    error = worker.communicate(timeout=60)[1]
+    assert error.startswith("usage: python -m jaxflowers.sweep"), error[-2000:]
+    assert worker.returncode == 2

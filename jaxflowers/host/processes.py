@@ -29,9 +29,11 @@ def package_path(pythonpath: str | None) -> str:
 
 def start_module(module: str, *args: str, env: Mapping[str, str] | None = None,
                  **popen) -> subprocess.Popen:
-    """``subprocess.Popen([python, "-m", module, *args], **popen)`` able to import jaxflowers."""
+    """``subprocess.Popen([python, "-m", module, *args], **popen)`` importing this jaxflowers,
+    even from a folder that holds another (``-m`` would put the current folder first)."""
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = package_path(env.get("PYTHONPATH"))
+    env["PYTHONSAFEPATH"] = "1"
     return subprocess.Popen([sys.executable, "-m", module, *args], env=env, **popen)
 
 
