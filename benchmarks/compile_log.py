@@ -32,8 +32,9 @@ def parse(log: str) -> dict:
 
 
 def run(tree: str, cmd: list[str], scratch: str) -> dict:
+    # PYTHONSAFEPATH: "python -m"/"-c" would import the current folder's package first
     env = dict(os.environ, JAX_LOG_COMPILES="1", JAXFLOWERS_COMPILE_CACHE="off",
-               PYTHONPATH=os.pathsep.join([os.path.abspath(tree)]
+               PYTHONSAFEPATH="1", PYTHONPATH=os.pathsep.join([os.path.abspath(tree)]
                                           + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
     out = tempfile.mkdtemp(dir=scratch)
     start = time.perf_counter()

@@ -115,8 +115,12 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as temporary:
         scratch = args.scratch = args.scratch or temporary
+        # the package of PYTHONPATH, then the current folder's: "python -m" alone would put
+        # the current folder first, whatever PYTHONPATH names
+        path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env = dict(os.environ, JAXFLOWERS_CACHE_DIR=os.path.join(scratch, "cache"),
-                   JAXFLOWERS_COMPILE_CACHE=os.path.join(scratch, "xla"))
+                   JAXFLOWERS_COMPILE_CACHE=os.path.join(scratch, "xla"), PYTHONSAFEPATH="1",
+                   PYTHONPATH=os.pathsep.join(path + [os.getcwd()]))
         cmd = command(args)
         print(" ".join(cmd), flush=True)
         plan = [(run, args.seeds[0]) for run in args.runs]

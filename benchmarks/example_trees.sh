@@ -19,7 +19,8 @@ run() {  # tree label [CLI arguments]
     shift 2
     local t0 t1 rc
     t0=$(date +%s.%N)
-    PYTHONPATH=$tree${PYTHONPATH:+:$PYTHONPATH} python3 -m jaxflowers train --data "$data" \
+    # PYTHONSAFEPATH: "python -m" would import the current folder's package before PYTHONPATH
+    PYTHONSAFEPATH=1 PYTHONPATH=$tree${PYTHONPATH:+:$PYTHONPATH} python3 -m jaxflowers train --data "$data" \
         --model resnet50 --quiet --out "$out/runs/$label" "$@" "${extra[@]}" > "$out/$label.log" 2>&1
     rc=$?
     t1=$(date +%s.%N)

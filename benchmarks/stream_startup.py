@@ -60,9 +60,10 @@ for r in range(-1, rounds):  # round -1 compiles
 def child(tree, placements, args, memmap, rounds, cache) -> list[dict]:
     """The child's JSON lines (an ``error`` row if it failed)."""
     env = dict(os.environ, JAXFLOWERS_COMPILE_CACHE=cache)
-    if tree:
+    if tree:  # PYTHONSAFEPATH: "-c" would import the current folder's package first
         env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(tree)]
                                             + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        env["PYTHONSAFEPATH"] = "1"
     result = subprocess.run([sys.executable, "-c", CHILD, str(args.images), str(args.size),
                              memmap, str(args.epochs), str(rounds), *placements], env=env,
                             capture_output=True, text=True)
