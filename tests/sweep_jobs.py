@@ -139,3 +139,17 @@ def worker_facts():
              "ready_before_job": None if ready is None else ready <= channel.launched()}
     print(f"worker facts: {facts}", flush=True)
     return facts
+
+
+def run_script_beside_its_module(folder: str):
+    """Run a Python script that imports a module beside it, as a job's own helper might;
+    (its exit status and output, this worker's PYTHONSAFEPATH)."""
+    import pathlib
+    import subprocess
+
+    folder = pathlib.Path(folder)
+    (folder / "beside.py").write_text("WORD = 'found'\n")
+    (folder / "script.py").write_text("import beside\nprint(beside.WORD)\n")
+    done = subprocess.run([sys.executable, str(folder / "script.py")], capture_output=True,
+                          text=True, timeout=60)
+    return done.returncode, done.stdout.strip(), os.environ.get("PYTHONSAFEPATH")

@@ -259,6 +259,17 @@ def test_arrays_travel_by_file_and_results_keep_types(make_pool):
     assert values.tolist() == [0.0, 2.0, 4.0, 6.0]
 
 
+def test_a_jobs_own_python_scripts_find_the_modules_beside_them(make_pool, tmp_path,
+                                                                monkeypatch):
+    """Workers start with PYTHONSAFEPATH (so no folder's other jaxflowers replaces the
+    caller's); the jobs they run see the caller's environment again."""
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
+    pool = make_pool(1)
+    status, output, safe_path = pool.submit(sweep_jobs.run_script_beside_its_module,
+                                            str(tmp_path)).result(timeout=120)
+    assert (status, output, safe_path) == (0, "found", None)
+
+
 def test_shutdown_like_the_standard_executors(make_pool):
     pool = make_pool(1)
     running = pool.submit(sweep_jobs.interval, 0.5)

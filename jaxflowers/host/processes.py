@@ -14,11 +14,12 @@ import sys
 import threading
 from typing import Mapping
 
-__all__ = ["PACKAGE_ROOT", "exit_without_teardown", "is_alive", "package_path", "start_module",
-           "start_time"]
+__all__ = ["PACKAGE_ROOT", "exit_without_teardown", "is_alive", "package_path",
+           "restore_callers_environment", "start_module", "start_time"]
 
 # The folder holding the ``jaxflowers`` package.
 PACKAGE_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
+_CALLERS_SAFEPATH = "JAXFLOWERS_CALLERS_PYTHONSAFEPATH"  # what start_module replaced
 
 
 def package_path(pythonpath: str | None) -> str:
@@ -33,8 +34,20 @@ def start_module(module: str, *args: str, env: Mapping[str, str] | None = None,
     even from a folder that holds another (``-m`` would put the current folder first)."""
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = package_path(env.get("PYTHONPATH"))
+    env[_CALLERS_SAFEPATH] = env.get("PYTHONSAFEPATH", "")
     env["PYTHONSAFEPATH"] = "1"
     return subprocess.Popen([sys.executable, "-m", module, *args], env=env, **popen)
+
+
+def restore_callers_environment() -> None:
+    """In a module ``start_module`` started: give ``PYTHONSAFEPATH`` back its caller's value,
+    so the Python processes a job starts find their scripts' folders as usual."""
+    if _CALLERS_SAFEPATH in os.environ:
+        callers = os.environ.pop(_CALLERS_SAFEPATH)
+        if callers:
+            os.environ["PYTHONSAFEPATH"] = callers
+        else:
+            os.environ.pop("PYTHONSAFEPATH", None)
 
 
 def start_time(pid: int) -> str | None:

@@ -92,6 +92,9 @@ def _wait_for_job(jobs: queue.SimpleQueue) -> pathlib.Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from jaxflowers.host.processes import restore_callers_environment
+
+    restore_callers_environment()  # a job's own Python processes start as the caller's would
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print(f"usage: python -m jaxflowers.sweep.backends.worker FOLDER|{WAIT_FLAG}",
