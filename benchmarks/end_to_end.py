@@ -9,7 +9,9 @@ with empty resize and compilation caches (in ``--scratch``, default a temporary 
 "warm" runs again with both caches as the cold run left them; each further seed of
 ``--seeds`` is one more warm run with that seed. DATA: a folder of class folders for "example"
 (e.g. ``benchmarks/synthetic_folders.py flowers DEST``), a folder with train/ and test/
-for "sweep" (``synthetic_folders.py cifar DEST``). Prints a table; --out saves JSON.
+for "sweep" (``synthetic_folders.py cifar DEST``). Prints a table, with how long each process
+took to exit after its last line; --out saves JSON. The runs import the package that
+``PYTHONPATH`` names first, else the current folder's.
 """
 import argparse
 import json
