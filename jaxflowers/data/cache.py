@@ -106,6 +106,8 @@ def reopen(path: str, stamp: str, shape: Sequence[int],
         if not stamp or file_stamp(os.stat(path)) != stamp:
             return None
         images = np.load(path, mmap_mode="r")
+        if file_stamp(os.stat(path)) != stamp:  # replaced while it was being mapped
+            return None
     except (OSError, ValueError):
         return None
     if images.shape != tuple(shape) or images.dtype != np.uint8:
