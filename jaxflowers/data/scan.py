@@ -25,6 +25,7 @@ IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", 
 
 
 def open_source(root, storage_options, fingerprint: str = "stat"):
+    """What lists and reads ``root``: a :class:`LocalFolder`, or a ``RemoteFolder`` for a URL."""
     if remote.is_url(root):
         return remote.RemoteFolder(root, storage_options)
     path = os.fspath(root)
@@ -173,12 +174,13 @@ def _empty_class_message(name, folder, listing, recursive) -> str:
 
 
 def warn_skipped(root: str, skipped: Sequence[tuple[str, str]], what: str) -> None:
+    """One warning naming how many ``(path, reason)`` were left out of ``root``, and the first."""
     if skipped:
         warnings.warn(f"ImageFolder({root!r}): skipped {len(skipped)} {what}(s), e.g. "
                       f"{skipped[0][0]} ({skipped[0][1]}); see .skipped", stacklevel=4)
 
 
-LISTING_FORMAT = 1
+LISTING_FORMAT = 1  # change it when the listing's fields change: older listings are ignored
 
 
 def save_listing(path: str | os.PathLike, scan: Scan, cache: cache_lib.ResizeCache,
