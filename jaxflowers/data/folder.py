@@ -60,8 +60,7 @@ class ImageFolder(Labelled):
         found = None if listing is None else scan_lib.load_listing(listing, settings)
         scan = scan_lib.scan(source, include_subfolders, on_error, workers) if not found \
             else found[0]
-        self._init_view(_Source(source, scan, image_size, cache_dir, workers, on_error,
-                                settings), None)
+        self._init_view(_Source(source, scan, settings, workers), None)
         if found:
             self._source.adopt(found[1], os.fspath(listing))
 
@@ -197,11 +196,11 @@ def _check_options(on_error, workers, include_subfolders, storage_options, root)
 class _Source:
     """The scanned folder and its resize cache, shared by an ImageFolder and all its subsets."""
 
-    def __init__(self, source, scan: scan_lib.Scan, image_size, cache_dir, workers, on_error,
-                 settings: dict):
-        self.source, self.scan, self.image_size = source, scan, image_size
-        self.cache_dir, self.workers, self.on_error = cache_dir, workers, on_error
-        self.root, self.settings, self.listing = source.location, settings, None
+    def __init__(self, source, scan: scan_lib.Scan, settings: dict, workers: int | None):
+        self.source, self.scan, self.settings, self.workers = source, scan, settings, workers
+        self.image_size = tuple(settings["image_size"])
+        self.cache_dir, self.on_error = settings["cache_dir"], settings["on_error"]
+        self.root, self.listing = source.location, None
         self._cache = self._usable = None
         self._lock = threading.Lock()
 
