@@ -49,7 +49,7 @@ class EventDispatcher:
                 self._callbacks.append(item)
                 backlog, self._backlog = self._backlog, []
                 for message in backlog:
-                    self._call(item, message)
+                    _call(item, message)
             elif kind == "message":
                 self._dispatch(item)
             else:
@@ -59,15 +59,8 @@ class EventDispatcher:
         if not self._callbacks:
             self._backlog.append(item)
         for callback in list(self._callbacks):
-            self._call(callback, item)
+            _call(callback, item)
 
-    @staticmethod
-    def _call(callback: Callable, item: tuple[int, dict]) -> None:
-        try:
-            callback(*item)
-        except Exception:  # noqa: BLE001 (a broken callback must not stop the sweep)
-            _log.exception("after_each callback %r failed on a message of job %d",
-                           callback, item[0])
 
     def _complete(self, job, value: Any, error: BaseException | None, cancelled: bool) -> None:
         """Send the last message of a failed or cancelled job, then complete its future (once)."""
@@ -99,6 +92,15 @@ class OnlyStates:
         return f"{self.callback!r} (states {sorted(self.states)})"
 
 
+def _call(callback: Callable, item: tuple[int, dict]) -> None:
+    """``callback(job_index, message)``; a failure is logged, never raised into the sweep."""
+    try:
+        callback(*item)
+    except Exception:  # noqa: BLE001 (a broken callback must not stop the sweep)
+        _log.exception("after_each callback %r failed on a message of job %d",
+                       callback, item[0])
+
+
 class Relay:
     """An ``after_each`` callback that passes each message on to listeners attached later, the
     earlier messages first: jobs can be submitted before a slow listener (a figure) exists.
@@ -117,7 +119,7 @@ class Relay:
             if self._kept is not None:
                 self._kept.append((job_index, message))
             for listener in self._listeners:
-                EventDispatcher._call(listener, (job_index, message))
+                _call(listener, (job_index, message))
 
     def after_each(self, listener: Callable) -> Callable:
         """Attach ``listener(job_index, message)``; it first gets every message kept so far."""
@@ -125,7 +127,7 @@ class Relay:
             if self._kept is None:
                 raise RuntimeError("Relay.after_each: sealed, earlier messages are gone")
             for item in self._kept:
-                EventDispatcher._call(listener, item)
+                _call(listener, item)
             self._listeners.append(listener)
         return listener
 
