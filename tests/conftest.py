@@ -3,6 +3,7 @@ import atexit
 import os
 import pathlib
 import shutil
+import signal
 import sys
 import tempfile
 import types
@@ -17,11 +18,17 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
 os.environ["JAX_NUM_CPU_DEVICES"] = "4"
 # One compilation cache for the test session, fresh each time and removed at exit: the
 # many trainings of the same small networks, in this process and in the CLI, sweep and
-# script processes the tests start, compile each program once. A test that is about the
-# cache sets its own folder.
+# script processes the tests start, compile each program once. pytest-xdist's workers inherit
+# the folder the main process made (its environment), and that process removes it last. A
+# test that is about the cache sets its own folder.
 _SESSION_CACHE = tempfile.mkdtemp(prefix="jaxflowers-test-xla-")
 atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)
 os.environ.setdefault("JAXFLOWERS_COMPILE_CACHE", _SESSION_CACHE)
+
+# pytest-xdist's workers ignore SIGINT, and a process started with SIGINT ignored keeps it
+# ignored: the tests that press Ctrl-C on a command would see it do nothing.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import jax  # noqa: E402  (must come after the environment above)
 import pytest  # noqa: E402
@@ -37,6 +44,12 @@ if os.environ["JAXFLOWERS_COMPILE_CACHE"].lower() != "off":
     enable_compilation_cache(min_compile_time_s=0.2)
 
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the default, pyproject.toml): a worker per core, at most four; each worker
+    compiles with XLA on its own threads and holds a few GB."""
+    return max(1, min(os.cpu_count() or 1, 4))
 
 
 @pytest.fixture(scope="session")
