@@ -103,6 +103,26 @@ def test_without_a_display_the_file_follows_validations_and_job_ends(tmp_path):
     assert plot.close() == path and titles(plot)[1] == "Job 1: failed"
 
 
+def test_close_writes_the_file_only_if_an_update_is_not_in_it_yet(tmp_path):
+    path = tmp_path / "grid.png"
+    plot = live.SweepProgressPlot(2, path=path, min_interval=0)
+    plot.update(0, {"state": "done"})
+    plot.update(1, {"state": "done"})  # the last job's end: drawn and written at once
+    written = path.stat()
+    assert plot.close() == path
+    assert path.stat().st_ino == written.st_ino  # the same file, not written again
+    assert titles(plot) == ["Job 0: done", "Job 1: done"]
+
+    plot = live.SweepProgressPlot(1, path=path, min_interval=0)
+    plot.update(0, message(1, 10.0, validation_accuracy=20.0))  # a validation: written
+    plot.update(0, message(2, 30.0))  # an iteration: taken, not written
+    written = path.stat()
+    assert plot.close() == path
+    assert path.stat().st_ino != written.st_ino  # the final state written
+    train = plot.figure.axes[0].lines[0]
+    np.testing.assert_array_equal(train.get_xdata(), [1, 2])
+
+
 class FakePool:
     def __init__(self, **attrs):
         self.callbacks = []

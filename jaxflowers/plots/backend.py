@@ -76,6 +76,8 @@ class LiveFigure:
 
             self.figure = Figure(figsize=figsize, layout="constrained")
         self._handle, self._last, self._cost, self._stale = None, -math.inf, 0.0, True
+        # updates taken, the update the figure was last drawn from, the one ``path`` shows
+        self._version, self._drawn_version, self._file_version = 0, -1, -1
         self._draw_share = 0.2  # most of the caller's time a redraw may take, on average
         self._file_failed, self._pending = False, False
         self.closed = False
@@ -102,6 +104,7 @@ class LiveFigure:
         """Note new data; show it unless the last redraw is within the pause (``force``: now).
         A file is rewritten only when forced or at a ``milestone`` (a validation)."""
         with self._lock:
+            self._version += 1
             self._stale = True
             self._pending = self._pending or milestone  # a file waits for the next chance
             if self.closed or not (self._jupyter or self.window or force or self._pending):
@@ -117,6 +120,7 @@ class LiveFigure:
         with self._figure_lock:
             if self._stale:
                 self._stale = False  # an update while drawing marks it stale again
+                self._drawn_version = self._version
                 self.figure.clear()
                 self._draw(self.figure)
 
@@ -194,6 +198,8 @@ class LiveFigure:
                 kind = path.suffix.lstrip(".").lower() or "png"
                 write_atomic(path, lambda file: self.figure.savefig(file, format=kind,
                                                                     **savefig_kwargs))
+                if path == self.path and not savefig_kwargs:
+                    self._file_version = self._drawn_version
         except (OSError, ValueError) as error:
             if not self._file_failed:
                 reason = getattr(error, "strerror", None) or error
@@ -202,6 +208,10 @@ class LiveFigure:
             self._file_failed = True
             return False
         return True
+
+    def _file_is_current(self) -> bool:
+        """Whether ``path`` already shows every update taken (no need to write it again)."""
+        return self._file_version == self._version
 
     def refresh(self) -> None:
         """Redraw now if new data came and the pause has passed (main thread, for windows)."""

@@ -92,10 +92,15 @@ class SweepProgressPlot(LiveFigure):
         self._changed(force=state in _STATE_COLORS, milestone=validated)  # a job's end: now
 
     def close(self) -> pathlib.Path | None:
-        """Show the final state, write ``path`` (if given); the file written or None."""
+        """Show the final state, write ``path`` (if given) unless it already shows it; the
+        file or None (it could not be written)."""
         with self._lock:
             super().close()
-            return self.path if self.path is not None and self._write(self.path) else None
+            if self.path is None:
+                return None
+            # the last job's end is usually drawn already: a second identical file costs a
+            # full render on the sweep's last second
+            return self.path if self._file_is_current() or self._write(self.path) else None
 
     def reuse(self, job_index: int, title: str) -> None:
         """Clear panel ``job_index`` and name it ``title``: a panel shows one job, then the
