@@ -10,8 +10,8 @@ with empty resize and compilation caches (in ``--scratch``, default a temporary 
 ``--seeds`` is one more warm run with that seed. DATA: a folder of class folders for "example"
 (e.g. ``benchmarks/synthetic_folders.py flowers DEST``), a folder with train/ and test/
 for "sweep" (``synthetic_folders.py cifar DEST``). Prints a table, with how long each process
-took to exit after its last line; --out saves JSON. The runs import the package that
-``PYTHONPATH`` names first, else the current folder's.
+took to exit after its last line; --out saves JSON (with when each line of the command came).
+The runs import the package that ``PYTHONPATH`` names first, else the current folder's.
 """
 import argparse
 import json
@@ -52,10 +52,11 @@ def run_once(cmd, env, timeout: float | None = None) -> dict:
     reader.start()
     timer = threading.Timer(timeout or 1e9, proc.kill)
     timer.start()
-    lines, last_line = [], start
+    lines, last_line, times = [], start, []
     for line in proc.stdout:
         lines.append(line)
         last_line = time.perf_counter()
+        times.append(last_line - start)
     returncode = proc.wait()
     wall = time.perf_counter() - start
     timer.cancel()
@@ -65,7 +66,9 @@ def run_once(cmd, env, timeout: float | None = None) -> dict:
         return {"wall_s": wall, "returncode": "timeout", "stdout_tail": result.stdout[-2000:]}
     out = result.stdout
     row = {"wall_s": wall, "returncode": result.returncode,
-           "exit_after_last_line_s": round(wall - (last_line - start), 3)}
+           "exit_after_last_line_s": round(wall - (last_line - start), 3),
+           # when each line came, for the parts outside the command's own "Seconds:" lines
+           "lines_at_s": [f"{t:7.2f} {line.rstrip()[:90]}" for t, line in zip(times, lines)]}
     if m := re.search(r"Compile ([\d.]+) s, training ([\d.]+) s \(([\d,]+) images/s", out):
         row.update(compile_s=float(m[1]), train_s=float(m[2]),
                    images_per_s=float(m[3].replace(",", "")))
