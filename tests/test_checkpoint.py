@@ -71,6 +71,30 @@ def _assert_same(a, b):
     jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
+def test_each_checkpoint_records_the_history_of_its_own_iteration(tmp_path, monkeypatch):
+    """A checkpoint is written in a thread while training goes on: its record must be the
+    history up to its iteration, however late the thread writes it."""
+    import json
+
+    from jaxflowers.training import checkpoint
+
+    write = checkpoint.Checkpointer._write
+
+    def late_write(self, *args):
+        time.sleep(0.5)  # training records several more iterations meanwhile
+        write(self, *args)
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "_write", late_write)
+    train, _ = _data()
+    jf.train(train, _model(), _options(tmp_path))
+    assert _steps(tmp_path) == [EPOCH, 2 * EPOCH, 3 * EPOCH]
+    for step in _steps(tmp_path):
+        record = json.loads((tmp_path / f"iteration_{step}" / "record" / "metadata").read_text())
+        history = record["history"]
+        assert {len(rows) for rows in history["rows"].values()} == {step}, (step, history)
+        assert max(history["validations"]["iteration"]) <= step
+
+
 def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(tmp_path):
     train, _ = _data()
     net_ref, info_ref = jf.train(train, _model(), _options())

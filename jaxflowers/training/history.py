@@ -3,6 +3,8 @@
 Kept apart from what shows it, so a checkpoint can store it. No JAX."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from jaxflowers.training.info import TrainingInfo
@@ -80,9 +82,10 @@ class History:
                **fields})
 
     def to_json(self) -> dict:
-        """The record as JSON-able lists (what a checkpoint stores)."""
+        """The record as JSON-able lists (what a checkpoint stores): copies, since a
+        checkpoint is written in a thread while training appends to the record."""
         return {"steps_per_epoch": self.steps_per_epoch, "metrics": list(self.metrics),
-                "rows": self.rows, "validations": self.validations}
+                "rows": copy.deepcopy(self.rows), "validations": copy.deepcopy(self.validations)}
 
     @classmethod
     def from_json(cls, record: dict) -> "History":
