@@ -150,6 +150,20 @@ def test_only_process_zero_prints_and_refusals_are_clear(two_processes):
         assert 'strategy="pmap" runs on one process only' in str(r["pmap_error"])
 
 
+def test_the_lost_process_line_is_last_and_whole_beside_a_half_printed_traceback():
+    """The main thread may be printing a traceback (a collective the lost process broke) when
+    the watch stops the process: the error line still starts a line and ends the output."""
+    script = (
+        "import sys\n"
+        "from jaxflowers.distributed import checkin\n"
+        "sys.stderr.write('Traceback (most recent call last):\\n  File x\\n        ')\n"
+        "checkin._stop('process 1 was lost')\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == "error: process 1 was lost", result.stderr
+
+
 @pytest.mark.slow
 def test_a_lost_process_is_named_by_the_others_at_once(tmp_path):
     with _processes("forever", tmp_path) as procs:

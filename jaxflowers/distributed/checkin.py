@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import socket
@@ -193,11 +194,18 @@ def _keepalive(conn: socket.socket, idle: int = 10) -> None:
 
 
 def _stop(line: str) -> None:
-    """Print ``error: line`` and end this process at once (its collectives can never finish)."""
+    """Print ``error: line`` as the last line, on a line of its own, and end this process at
+    once (its collectives can never finish)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os.write(2, f"error: {line}\n".encode())
+    # The main thread may be halfway through the traceback of a collective the lost process
+    # broke: the line starts after a newline, and what other threads write from here on is
+    # dropped, so it stays the last.
+    err = os.dup(2)
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    os.write(err, f"\nerror: {line}\n".encode())
     os._exit(_EXIT_LOST)
