@@ -75,7 +75,7 @@ class LiveFigure:
             from matplotlib.figure import Figure  # outside pyplot: nothing left open
 
             self.figure = Figure(figsize=figsize, layout="constrained")
-        self._handle, self._last, self._cost, self._stale = None, -math.inf, 0.0, True
+        self._handle, self._last, self._cost = None, -math.inf, 0.0
         # updates taken, the update the figure was last drawn from, the one ``path`` shows
         self._version, self._drawn_version, self._file_version = 0, -1, -1
         self._draw_share = 0.2  # most of the caller's time a redraw may take, on average
@@ -105,7 +105,6 @@ class LiveFigure:
         A file is rewritten only when forced or at a ``milestone`` (a validation)."""
         with self._lock:
             self._version += 1
-            self._stale = True
             self._pending = self._pending or milestone  # a file waits for the next chance
             if self.closed or not (self._jupyter or self.window or force or self._pending):
                 return
@@ -119,8 +118,7 @@ class LiveFigure:
     def _redraw(self) -> None:
         with self._figure_lock:
             if self._stale:
-                self._stale = False  # an update while drawing marks it stale again
-                self._drawn_version = self._version
+                self._drawn_version = self._version  # an update while drawing: stale again
                 self.figure.clear()
                 self._draw(self.figure)
 
@@ -208,6 +206,11 @@ class LiveFigure:
             self._file_failed = True
             return False
         return True
+
+    @property
+    def _stale(self) -> bool:
+        """Whether an update came since the figure was last drawn."""
+        return self._drawn_version != self._version
 
     def _file_is_current(self) -> bool:
         """Whether ``path`` already shows every update taken (no need to write it again)."""

@@ -355,7 +355,7 @@ class TrainingProgressPlot(LiveFigure):
             if info is not None:
                 self.info = info
             self.final, self.facts.end = True, time.time()
-            self._stale = True
+            self._version += 1  # the final frame differs from the last one drawn
             super().close()
             return self._save_final(self.path) if self.path is not None else None
 
