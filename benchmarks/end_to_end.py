@@ -52,11 +52,10 @@ def run_once(cmd, env, timeout: float | None = None) -> dict:
     reader.start()
     timer = threading.Timer(timeout or 1e9, proc.kill)
     timer.start()
-    lines, last_line, times = [], start, []
+    lines, times = [], []  # each line, and when it came (seconds since the start)
     for line in proc.stdout:
         lines.append(line)
-        last_line = time.perf_counter()
-        times.append(last_line - start)
+        times.append(time.perf_counter() - start)
     returncode = proc.wait()
     wall = time.perf_counter() - start
     timer.cancel()
@@ -66,7 +65,7 @@ def run_once(cmd, env, timeout: float | None = None) -> dict:
         return {"wall_s": wall, "returncode": "timeout", "stdout_tail": result.stdout[-2000:]}
     out = result.stdout
     row = {"wall_s": wall, "returncode": result.returncode,
-           "exit_after_last_line_s": round(wall - (last_line - start), 3),
+           "exit_after_last_line_s": round(wall - (times[-1] if times else 0.0), 3),
            # when each line came, for the parts outside the command's own "Seconds:" lines
            "lines_at_s": [f"{t:7.2f} {line.rstrip()[:90]}" for t, line in zip(times, lines)]}
     if m := re.search(r"Compile ([\d.]+) s, training ([\d.]+) s \(([\d,]+) images/s", out):
