@@ -166,6 +166,38 @@ def test_training_starts_before_the_pass_is_compiled_and_its_failure_is_raised(d
         jf.train(data, jf.models.cifar_net(1), opts)
 
 
+def test_the_pass_begins_compiling_once_the_first_block_is_dispatched(digits, monkeypatch):
+    """Its tracing wants the interpreter: it waits until the set-up is done and the devices
+    have work, and the network still gets its population statistics."""
+    from jaxflowers.training import feeding, population
+
+    compile_pass, runner = population.compile_pass, feeding.runner
+    dispatched, seen = threading.Event(), []
+
+    def counting_runner(*args, **kwargs):
+        run = runner(*args, **kwargs)
+
+        def first_noted(*a, **k):
+            result = run(*a, **k)
+            dispatched.set()
+            return result
+        return first_noted
+
+    def noting(program):
+        seen.append(dispatched.is_set())
+        return compile_pass(program)
+
+    monkeypatch.setattr(feeding, "runner", counting_runner)
+    monkeypatch.setattr(population, "compile_pass", noting)
+    data = digits.subset(np.arange(64))
+    net, _ = jf.train(data, jf.models.cifar_net(1),
+                      jf.TrainingOptions(mini_batch_size=16, max_epochs=1, verbose=False))
+    assert seen == [True]
+    reference = population_statistics(net, data, mini_batch_size=16)
+    jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5),
+                 net.variables["batch_stats"], reference.variables["batch_stats"])
+
+
 def test_a_network_computing_on_padded_channels_trains_validates_and_passes_as_stored(digits):
     """``cifar_net(2, channel_multiple=8)`` computes on 16/24/48 channels and stores
     11/22/44: training with validation and the population pass keep the stored shapes, and

@@ -95,6 +95,8 @@ class TrainingLoop:
             point = _SyncPoint(limit, [])
             while done < limit and not self._stopping():
                 state, metrics = self.ready.run(state, limit)
+                if self.ready.population is not None:
+                    self.ready.population.start()  # compiles while the devices train
                 point.blocks.append((min(self.program.block_length, limit - done), metrics))
                 done += point.blocks[-1][0]
                 if self.progress.output_fn is not None and len(point.blocks) > 1:

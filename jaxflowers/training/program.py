@@ -70,21 +70,40 @@ class _Clock:
 
 class _AfterTraining:
     """A program needed only after the last iteration, compiled in a thread of its own while
-    training runs; calling it with ``variables`` waits for it, then runs it on ``arrays``."""
+    training runs; calling it with ``variables`` waits for it, then runs it on ``arrays``.
+
+    ``start`` begins the compilation; the loop calls it once the first block is dispatched, so
+    its tracing does not hold the interpreter while the set-up and the first dispatch want it.
+    """
 
     def __init__(self, compile_fn: Callable, program, arrays, stats):
         self._arrays, self._stats = arrays, stats
+        self._compile_fn, self._program = compile_fn, program
         self._compiled: concurrent.futures.Future = concurrent.futures.Future()
-        threading.Thread(target=self._compile, args=(compile_fn, program), daemon=True,
-                         name="jaxflowers-compile-after").start()  # daemon: never holds exit
+        self._started = False
+        self._lock = threading.Lock()
 
-    def _compile(self, compile_fn: Callable, program) -> None:
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def start(self) -> None:
+        """Begin compiling in a thread (once; later calls do nothing)."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        threading.Thread(target=self._compile, daemon=True,  # daemon: never holds exit
+                         name="jaxflowers-compile-after").start()
+
+    def _compile(self) -> None:
         try:
-            self._compiled.set_result(compile_fn(program))
+            self._compiled.set_result(self._compile_fn(self._program))
         except BaseException as error:  # noqa: BLE001 (raised to the caller of __call__)
             self._compiled.set_exception(error)
 
     def __call__(self, variables):
+        self.start()  # no block was dispatched (nothing left to train): compile now
         return self._compiled.result()(variables, arrays=self._arrays, stats=self._stats)
 
 
