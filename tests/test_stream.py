@@ -2,6 +2,7 @@
 import contextlib
 import io
 import threading
+import time
 
 import jax
 import numpy as np
@@ -118,6 +119,34 @@ def test_a_streamed_folder_is_read_batch_by_batch_never_loaded_whole(tmp_path, m
     for a, b in zip(streamed_net.normalization, resident_net.normalization):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(streamed.loss, resident.loss, rtol=1e-5)
+
+
+def test_close_waits_for_the_batch_each_reader_is_reading(digits, monkeypatch):
+    """Closed while grain's threads are halfway through reads (a cold memory map), the feed
+    returns only once they have ended: none is left reading into a run that is over."""
+    from jaxflowers.data import stream
+
+    read_rows, started, release = stream.read_rows, threading.Event(), threading.Event()
+    calls = []
+
+    def slow_after_the_first(data, index):
+        calls.append(len(index))
+        if len(calls) > 1:
+            started.set()
+            release.wait(10)
+            time.sleep(0.3)  # still reading when close is called
+        return read_rows(data, index)
+
+    monkeypatch.setattr(stream, "read_rows", slow_after_the_first)
+    feed = StreamedData(digits.subset(np.arange(64)), mini_batch_size=8, num_epochs=2,
+                        shuffle="every-epoch", seed=0)
+    batches = feed.start()
+    assert next(batches)["images"].shape == (8, 32, 32, 3)
+    assert started.wait(10), "no reader began a second batch"
+    release.set()
+    feed.close()
+    threads = [t.name for t in threading.enumerate() if t.name.startswith("grain")]
+    assert not threads, f"the closed feed left its readers running: {threads}"
 
 
 def test_a_streamed_run_stopped_early_leaves_no_thread_and_resumes_to_the_whole_run(digits,

@@ -81,6 +81,14 @@ class StreamedData:
         return self._iterator
 
     def close(self) -> None:
-        """Stop grain's reader threads (training may stop before the plan's end)."""
-        if self._iterator is not None and hasattr(self._iterator, "close"):
+        """Stop grain's reader threads (training may stop before the plan's end) and wait for
+        each to finish the batch it is reading, so none outlives the run."""
+        if self._iterator is None:
+            return
+        # grain's own close cancels the batches not yet begun but leaves its pool's threads to
+        # end in their own time; the pool (a ThreadPoolExecutor) is where they can be joined.
+        readers = getattr(self._iterator, "_executor", None)
+        if hasattr(self._iterator, "close"):
             self._iterator.close()
+        if readers is not None and hasattr(readers, "shutdown"):
+            readers.shutdown(wait=True)
