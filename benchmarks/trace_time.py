@@ -1,0 +1,94 @@
+"""The training block's trace and lowering (Python's share of a warm start) in fresh
+processes, for package trees alternating.
+
+    python benchmarks/trace_time.py --tree old=OLD --tree new=. [--models resnet50 cifar_net:4]
+        [--rounds 6] [--layout flat] [--precision bfloat16] [--out FILE.json]
+
+Each process builds ``train``'s program for the bench's model and shapes (synthetic data),
+stops in ``TrainProgram.prepare`` and times ``lower_block()`` four times: the first is what a
+run pays (one trace per program per process), the later ones reuse JAX's caches of the small
+jitted functions ``jnp`` operators call. ``--layout flat --precision bfloat16`` traces on a
+CPU the program GPUs run (one parameter vector, bfloat16).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+CHILD = r"""
+import json, sys, time
+import jaxflowers as jf
+from jaxflowers import bench
+from jaxflowers.training import program as program_lib, run as run_lib
+
+spec = bench.scaling.parse_model(sys.argv[1])
+times = []
+
+
+class Done(Exception):
+    pass
+
+
+def probe(self, *args, **kwargs):
+    for _ in range(4):
+        t0 = time.perf_counter()
+        self.lower_block()
+        times.append(time.perf_counter() - t0)
+    raise Done
+
+
+program_lib.TrainProgram.prepare = probe
+data = bench.scaling.synthetic_set(256, spec.image_size, spec.num_classes)
+options = jf.TrainingOptions(solver="adam" if spec.name == "resnet50" else "sgdm",
+                             mini_batch_size=128, augmentation=spec.augmentation, verbose=False,
+                             plots="none", shuffle="every-epoch")
+execution = jf.ExecutionOptions(parameter_layout=sys.argv[2], precision=sys.argv[3])
+try:
+    run_lib.train(data, spec.build(), options, execution=execution)
+except Done:
+    pass
+print("TIMES " + json.dumps(times), flush=True)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tree", action="append", required=True, metavar="LABEL=PATH")
+    parser.add_argument("--models", nargs="+", default=["resnet50", "cifar_net:4"])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--layout", default="auto")
+    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    trees = [t.split("=", 1) for t in args.tree]
+    rows = []
+    for round_ in range(args.rounds):
+        for label, path in trees:
+            env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": os.path.abspath(path)}
+            for model in args.models:
+                out = subprocess.run([sys.executable, "-c", CHILD, model, args.layout,
+                                      args.precision], env=env, capture_output=True, text=True,
+                                     cwd=os.path.dirname(os.path.abspath(__file__)))
+                found = [line for line in out.stdout.splitlines() if line.startswith("TIMES ")]
+                if not found:
+                    raise SystemExit(f"{label} {model}: no result\n{out.stderr[-3000:]}")
+                times = json.loads(found[-1][6:])
+                rows.append({"round": round_, "tree": label, "model": model, "seconds": times})
+                print(json.dumps(rows[-1]), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    for model in args.models:
+        for label, _ in trees:
+            runs = [r["seconds"] for r in rows if r["tree"] == label and r["model"] == model]
+            first = [s[0] for s in runs]
+            later = [x for s in runs for x in s[1:]]
+            print(f"{model:>12} {label:>6}  first trace + lower: median "
+                  f"{statistics.median(first):.3f} s ({' '.join(f'{x:.2f}' for x in first)}); "
+                  f"later: median {statistics.median(later):.3f} s")
+
+
+if __name__ == "__main__":
+    main()
