@@ -48,8 +48,8 @@ def _stats(x, axis_name):
                     lax.div(lax.reduce_sum(lax.square(xf), axes), count))
     if axis_name is not None:
         moments = lax.pmean(moments, axis_name)
-    mean, mean2 = lax.index_in_dim(moments, 0, keepdims=False), lax.index_in_dim(
-        moments, 1, keepdims=False)
+    mean = lax.index_in_dim(moments, 0, keepdims=False)
+    mean2 = lax.index_in_dim(moments, 1, keepdims=False)
     return mean, lax.max(lax.sub(mean2, lax.square(mean)), F32(0))
 
 

@@ -88,6 +88,7 @@ class TrainingLoop:
         """Train from iteration ``start``; returns the final state and the loop's timings."""
         queue: collections.deque[_SyncPoint] = collections.deque()
         done, t0 = start, time.perf_counter()
+        population = self.ready.population  # compiled once the first block is dispatched
         if self.early_stopping is not None and self.early_stopping.exhausted:
             self._stop(StopReason.PATIENCE)  # resumed from the checkpoint of the stop
         while done < self.schedule.total and not self._stopping(sync_point=True):
@@ -95,8 +96,9 @@ class TrainingLoop:
             point = _SyncPoint(limit, [])
             while done < limit and not self._stopping():
                 state, metrics = self.ready.run(state, limit)
-                if self.ready.population is not None:
-                    self.ready.population.start()  # compiles while the devices train
+                if population is not None:
+                    population.start()  # compiles while the devices train
+                    population = None
                 point.blocks.append((min(self.program.block_length, limit - done), metrics))
                 done += point.blocks[-1][0]
                 if self.progress.output_fn is not None and len(point.blocks) > 1:

@@ -83,10 +83,6 @@ class _AfterTraining:
         self._started = False
         self._lock = threading.Lock()
 
-    @property
-    def started(self) -> bool:
-        return self._started
-
     def start(self) -> None:
         """Begin compiling in a thread (once; later calls do nothing)."""
         with self._lock:
