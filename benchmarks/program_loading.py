@@ -20,25 +20,18 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under safe-path
+from prepare_probe import child_command
+
 CHILD = r"""
 import json, sys, time
-import numpy as np
-import jax
 from jax.experimental import serialize_executable as se
-import jaxflowers as jf
-from jaxflowers import bench
 from jaxflowers.compilation import enable_compilation_cache
-from jaxflowers.training import program as program_lib, run as run_lib
+from jaxflowers.training import program as program_lib
+from prepare_probe import stop_in_prepare
 
 enable_compilation_cache(sys.argv[2])
-spec = bench.scaling.parse_model(sys.argv[1])
 row = {}
-
-
-class Done(Exception):
-    pass
-
-
 init = program_lib.TrainProgram.__init__
 
 
@@ -48,7 +41,7 @@ def timed_init(self, *a, **k):
     row["program_s"] = time.perf_counter() - t0
 
 
-def probe(self, *a, **k):
+def probe(self):
     t0 = time.perf_counter()
     lowered = self.lower_block()
     t1 = time.perf_counter()
@@ -60,21 +53,11 @@ def probe(self, *a, **k):
     t4 = time.perf_counter()
     row.update(lower_s=t1 - t0, compile_s=t2 - t1, serialize_s=t3 - t2, load_serialized_s=t4 - t3,
                serialized_mb=len(blob[0]) / 1e6)
-    raise Done
 
 
 program_lib.TrainProgram.__init__ = timed_init
-program_lib.TrainProgram.prepare = probe
-data = bench.scaling.synthetic_set(2560 if spec.name == "resnet50" else 45000,
-                                   spec.image_size, spec.num_classes)
-options = jf.TrainingOptions(solver="adam" if spec.name == "resnet50" else "sgdm",
-                             mini_batch_size=128, augmentation=spec.augmentation, verbose=False,
-                             plots="none", shuffle="every-epoch")
 t0 = time.perf_counter()
-try:
-    run_lib.train(data, spec.build(), options)
-except Done:
-    pass
+stop_in_prepare(sys.argv[1], probe, num_images=2560 if sys.argv[1] == "resnet50" else 45000)
 row["train_call_s"] = time.perf_counter() - t0
 print("ROW " + json.dumps(row), flush=True)
 """
@@ -92,7 +75,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as cache:
             for run in ["cold"] + ["warm"] * args.rounds:
                 t0 = time.perf_counter()
-                out = subprocess.run([sys.executable, "-c", CHILD, model, cache], env=env,
+                out = subprocess.run(child_command(CHILD) + [model, cache], env=env,
                                      capture_output=True, text=True)
                 wall = time.perf_counter() - t0
                 found = [line for line in out.stdout.splitlines() if line.startswith("ROW ")]

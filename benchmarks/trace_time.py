@@ -17,38 +17,26 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under safe-path
+from prepare_probe import HERE, child_command
+
 CHILD = r"""
 import json, sys, time
 import jaxflowers as jf
-from jaxflowers import bench
-from jaxflowers.training import program as program_lib, run as run_lib
+from prepare_probe import stop_in_prepare
 
-spec = bench.scaling.parse_model(sys.argv[1])
 times = []
 
 
-class Done(Exception):
-    pass
-
-
-def probe(self, *args, **kwargs):
+def probe(program):
     for _ in range(4):
         t0 = time.perf_counter()
-        self.lower_block()
+        program.lower_block()
         times.append(time.perf_counter() - t0)
-    raise Done
 
 
-program_lib.TrainProgram.prepare = probe
-data = bench.scaling.synthetic_set(256, spec.image_size, spec.num_classes)
-options = jf.TrainingOptions(solver="adam" if spec.name == "resnet50" else "sgdm",
-                             mini_batch_size=128, augmentation=spec.augmentation, verbose=False,
-                             plots="none", shuffle="every-epoch")
-execution = jf.ExecutionOptions(parameter_layout=sys.argv[2], precision=sys.argv[3])
-try:
-    run_lib.train(data, spec.build(), options, execution=execution)
-except Done:
-    pass
+stop_in_prepare(sys.argv[1], probe, execution=jf.ExecutionOptions(
+    parameter_layout=sys.argv[2], precision=sys.argv[3]))
 print("TIMES " + json.dumps(times), flush=True)
 """
 
@@ -68,9 +56,8 @@ def main() -> None:
         for label, path in trees:
             env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": os.path.abspath(path)}
             for model in args.models:
-                out = subprocess.run([sys.executable, "-c", CHILD, model, args.layout,
-                                      args.precision], env=env, capture_output=True, text=True,
-                                     cwd=os.path.dirname(os.path.abspath(__file__)))
+                out = subprocess.run(child_command(CHILD) + [model, args.layout, args.precision],
+                                     env=env, capture_output=True, text=True, cwd=HERE)
                 found = [line for line in out.stdout.splitlines() if line.startswith("TIMES ")]
                 if not found:
                     raise SystemExit(f"{label} {model}: no result\n{out.stderr[-3000:]}")
