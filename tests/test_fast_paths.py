@@ -75,6 +75,31 @@ def test_inference_uses_running_statistics():
     _assert_close(ours, ref, 1e-6)
 
 
+@pytest.mark.parametrize("train", [True, False])
+def test_an_offset_normalises_the_input_plus_it(train):
+    """``offset=b`` (a folded convolution bias) is batch norm of ``x + b``: outputs, the
+    parameters' and the input's gradients, running statistics; the offset gets no gradient."""
+    offset = jnp.linspace(-3.0, 2.0, 6)
+
+    def loss(apply_offset):
+        def fn(params, x, b):
+            kwargs = {"offset": b} if apply_offset else {}
+            y, updates = BatchNorm(use_running_average=not train, relu=True).apply(
+                {"params": params, "batch_stats": STATS}, x if apply_offset else x + b,
+                mutable=["batch_stats"], **kwargs)
+            return jnp.sum(y * W), updates["batch_stats"]
+        return jax.value_and_grad(fn, argnums=(0, 1, 2), has_aux=True)(PARAMS, X, offset)
+
+    (value, stats), grads = loss(True)
+    (ref_value, ref_stats), ref_grads = loss(False)
+    _assert_close((value, stats, grads[:2]), (ref_value, ref_stats, ref_grads[:2]), 1e-5)
+    if train:  # batch statistics cancel b, and the running ones take no gradient
+        assert not np.any(grads[2]) and np.abs(ref_grads[2]).max() < 1e-4
+    else:  # the stored statistics do not: b's gradient is that of x + b
+        _assert_close(grads[2], ref_grads[2], 1e-5)
+        assert np.abs(grads[2]).max() > 1
+
+
 def test_synchronised_statistics_and_input_gradients_match_flax_on_four_devices():
     mesh = Mesh(np.asarray(jax.devices()[:4]), ("data",))
 

@@ -201,6 +201,44 @@ def test_cifar_net_gradients_equal_autodiff_of_plain_flax_layers(depth, multiple
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_cifar_net_folds_nonzero_convolution_biases_into_batch_norm(multiple):
+    """The convolutions' biases reach only batch norm's means: with nonzero biases (a fine-tuned
+    or imported network) the outputs in training and inference and the running statistics
+    are flax's conv + bias + batch norm, and the biases' gradients are exactly zero."""
+    x = jax.random.normal(jax.random.PRNGKey(1), (16, 32, 32, 3))
+    ours = jf.models.cifar_net(2, channel_multiple=multiple)
+    variables = ours.init(jax.random.PRNGKey(0), x, train=False)
+    leaves = jax.tree_util.tree_leaves_with_path(variables["params"])
+    biases = {jax.tree_util.keystr(p): 0.5 * jax.random.normal(jax.random.PRNGKey(i), v.shape)
+              for i, (p, v) in enumerate(leaves) if "Conv" in jax.tree_util.keystr(p)
+              and "bias" in jax.tree_util.keystr(p)}
+    assert len(biases) == 6
+    params = jax.tree_util.tree_map_with_path(
+        lambda p, v: biases.get(jax.tree_util.keystr(p), v), variables["params"])
+
+    def run(model):
+        def fn(params):
+            logits, updates = model.apply({"params": params,
+                                           "batch_stats": variables["batch_stats"]},
+                                          x, train=True, mutable=["batch_stats"])
+            return jnp.sum(logits), (logits, updates)
+        (_, (logits, updates)), grads = jax.jit(jax.value_and_grad(fn, has_aux=True))(params)
+        evaluated = jax.jit(lambda p, s: model.apply({"params": p, "batch_stats": s}, x,
+                                                     train=False))(params, updates["batch_stats"])
+        return logits, updates, evaluated, grads
+
+    logits, stats, evaluated, grads = run(ours)
+    ref_logits, ref_stats, ref_evaluated, _ = run(_PlainCifarNet(2))
+    for got, want in ((logits, ref_logits), (evaluated, ref_evaluated), (stats, ref_stats)):
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * np.abs(b).max())
+    assert not np.abs(stats["batch_stats"]["BatchNorm_0"]["mean"]).max() < 0.1  # the biases
+    for path, grad in jax.tree_util.tree_leaves_with_path(grads):
+        if jax.tree_util.keystr(path) in biases:
+            assert not np.any(grad), jax.tree_util.keystr(path)
+
+
 @pytest.mark.parametrize("bad", [0, -8, 2.0, True, "8"])
 def test_cifar_net_rejects_a_bad_channel_multiple(bad):
     with pytest.raises(ValueError, match="channel_multiple"):

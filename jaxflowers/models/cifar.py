@@ -55,12 +55,16 @@ class CifarNet(nn.Module):
             computed = -(-filters // multiple) * multiple
             for _ in range(self.depth):
                 padded = computed != filters or x.shape[-1] != stored
-                x = Conv(computed, (3, 3), padding="SAME", dtype=self.dtype,
-                         kernel_init=nn.initializers.glorot_uniform(),
-                         stored_features=(stored, filters) if padded else None)(x)
+                # the bias is folded into batch norm's mean: no pass over the output and
+                # no reduction for its gradient (which batch norm makes zero)
+                conv = Conv(computed, (3, 3), padding="SAME", dtype=self.dtype,
+                            kernel_init=nn.initializers.glorot_uniform(), fold_bias=True,
+                            stored_features=(stored, filters) if padded else None)
+                x = conv(x)
                 x = BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
                               dtype=self.dtype, axis_name=self.bn_axis_name, relu=True,
-                              channels=filters if computed != filters else None)(x)
+                              channels=filters if computed != filters else None)(
+                                  x, offset=conv.folded_bias())
                 stored = filters
             if block < 2:
                 x = max_pool(x, (2, 2), strides=(2, 2), train=train)

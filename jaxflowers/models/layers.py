@@ -46,14 +46,28 @@ class Conv(_DirectParams, nn.Conv):
     """
 
     stored_features: tuple[int, int] | None = None
+    fold_bias: bool = False  # the output leaves the bias out: see folded_bias
 
     def param(self, name, init_fn, shape, dtype=jnp.float32):
         if self.stored_features is None:
-            return param(self, name, init_fn, shape, dtype)
-        stored = (*shape[:-2], *self.stored_features) if name == "kernel" else (
-            *shape[:-1], self.stored_features[1])
-        value = param(self, name, init_fn, stored, dtype)
-        return jnp.pad(value, [(0, want - have) for want, have in zip(shape, stored)])
+            value = param(self, name, init_fn, shape, dtype)
+        else:
+            stored = (*shape[:-2], *self.stored_features) if name == "kernel" else (
+                *shape[:-1], self.stored_features[1])
+            value = jnp.pad(param(self, name, init_fn, stored, dtype),
+                            [(0, want - have) for want, have in zip(shape, stored)])
+        if name == "bias" and self.fold_bias:
+            return jnp.zeros_like(value)  # a constant zero, which XLA drops from the sum
+        return value
+
+    def folded_bias(self):
+        """The bias a ``fold_bias`` layer left out of its output (after it was called), as it
+        computes it (zero-padded like the kernel). Batch norm right after the convolution
+        takes it as its ``offset``: no pass adds it and no reduction makes its gradient."""
+        value = self.variables["params"]["bias"]
+        if self.stored_features is not None:
+            value = jnp.pad(value, (0, self.features - self.stored_features[1]))
+        return value
 
 
 class Dense(_DirectParams, nn.Dense):

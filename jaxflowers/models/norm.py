@@ -120,7 +120,11 @@ class BatchNorm(nn.Module):
         None: the input's channels.
 
     As flax's, ``__call__(x, use_running_average=...)`` overrides the attribute (a frozen
-    layer normalises with its stored statistics in training too).
+    layer normalises with its stored statistics in training too). ``__call__(x, offset=b)``
+    normalises ``x + b`` for a per-channel ``b`` (C,) without adding it: batch statistics
+    cancel it, so only the running mean and the stored statistics see it. A convolution's bias
+    folded this way costs neither a pass nor a gradient reduction in training, where its
+    gradient is zero.
     """
 
     use_running_average: bool = False
@@ -134,7 +138,7 @@ class BatchNorm(nn.Module):
     channels: int | None = None
 
     @nn.compact
-    def __call__(self, x, use_running_average: bool | None = None):
+    def __call__(self, x, use_running_average: bool | None = None, offset=None):
         channels = x.shape[-1] if self.channels is None else self.channels
         extra = x.shape[-1] - channels
 
@@ -146,12 +150,18 @@ class BatchNorm(nn.Module):
         scale = pad(param(self, "scale", self.scale_init, (channels,)))
         bias = pad(param(self, "bias", self.bias_init, (channels,)))
         x = jnp.asarray(x, self.dtype)
+        offset = None if offset is None else _f32(offset)
         if self.use_running_average if use_running_average is None else use_running_average:
             mul = lax.mul(lax.rsqrt(lax.add(pad(ra_var.value), F32(self.epsilon))), _f32(scale))
-            return _affine(x, pad(ra_mean.value), mul, _f32(bias), self.relu, self.dtype)
+            mean = pad(ra_mean.value)
+            if offset is not None:
+                mean = lax.sub(mean, offset)
+            return _affine(x, mean, mul, _f32(bias), self.relu, self.dtype)
         y, mean, var = batch_norm_train(x, scale, bias, self.epsilon, self.axis_name, self.relu)
         if not self.is_initializing():
             m = self.momentum
+            if offset is not None:
+                mean = lax.add(mean, offset)
             if extra:
                 mean, var = mean[:channels], var[:channels]
             ra_mean.value = _decayed(ra_mean.value, mean, m)
