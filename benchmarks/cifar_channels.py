@@ -3,7 +3,7 @@ trained through ``train`` on 45,000 synthetic 32x32 images (SGDM, the sweep's au
 128 images), each depth and multiple in turn, rounds alternating in one process.
 
     python benchmarks/cifar_channels.py [--depths 1 2 3 4] [--multiples 1 8 16] [--rounds 2]
-        [--precisions auto float32] [--profile-epochs 2] [--out FILE.json]
+        [--precisions auto float32] [--profile-epochs 2] [--top 25] [--out FILE.json]
 
 Multiple 1 computes on MATLAB's widths (depth 3: 9/18/36 channels, which cuDNN pads for its
 tensor cores in every convolution); 8 and 16 round each layer's channels up with zeros, so the
@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--precisions", nargs="+", default=["auto"])
     parser.add_argument("--profile-epochs", type=int, default=0)
+    parser.add_argument("--top", type=int, default=25, help="kernels listed per profile")
     parser.add_argument("--out", help="JSON file for the rows (and the profiles)")
     args = parser.parse_args()
 
@@ -75,7 +76,7 @@ def main() -> None:
                 jf.train(data, model, run, execution=execution)
             steps = args.profile_epochs * (len(data) // args.batch)
             tag = f"depth {depth}, multiple {multiple}, {precision}"
-            profiles[tag] = summarize(find_trace(folder), steps, tag)
+            profiles[tag] = summarize(find_trace(folder), steps, tag, top=args.top)
             _save(args.out, rows, profiles)
     print("depth | " + " | ".join(f"multiple {m}, {p} ms"
                                    for m in args.multiples for p in args.precisions))
