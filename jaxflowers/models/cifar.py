@@ -22,7 +22,9 @@ def cifar_width(depth: int) -> int:
 
 class CifarNet(nn.Module):
     """Three blocks of ``depth`` x [3x3 conv, batch norm, ReLU] (width, 2x, 4x filters), pools,
-    and a dense layer, with MATLAB's Glorot-uniform weights and zero biases.
+    and a dense layer, with MATLAB's Glorot-uniform weights and zero biases. Each convolution
+    keeps its bias, but the batch norm after it applies it to its mean (``BatchNorm(offset=)``):
+    the same network, without a pass and a gradient reduction per layer in training.
 
     Attributes:
       depth: convolutions per block (1-4 in the example).
