@@ -133,6 +133,22 @@ def test_flat_params_round_trip_a_tree_in_order():
         jax.tree.map(np.testing.assert_array_equal, back, tree)
 
 
+def test_flat_params_store_convolution_kernels_output_channels_first():
+    """The vector holds an HWIO kernel as OHWI (the filter gradient's own order); unravel
+    gives the tree back, with a device axis in front too."""
+    kernel = jnp.arange(2 * 3 * 4 * 5.0).reshape(2, 3, 4, 5)  # H, W, I, O
+    tree = {"conv": {"kernel": kernel}, "bias": jnp.arange(5.0)}
+    flat = FlatParams.of(jax.eval_shape(lambda: tree))
+    vector = flat.ravel(tree)
+    # Leaves in tree order ("bias" first), the kernel's first 24 elements output channel 0.
+    np.testing.assert_array_equal(vector[5:29], np.asarray(kernel)[..., 0].ravel())
+    np.testing.assert_array_equal(flat.ravel(tree, np), vector)
+    for back in (flat.unravel(vector), flat.unravel(np.asarray(vector))):
+        jax.tree.map(np.testing.assert_array_equal, back, tree)
+    stacked = flat.unravel(jnp.stack([vector, vector + 1]))  # pmap's leading device axis
+    np.testing.assert_array_equal(stacked["conv"]["kernel"][1], kernel + 1)
+
+
 @pytest.mark.parametrize("strategy", ["shard_map", "pmap"])
 @pytest.mark.parametrize("solver", ["adam", "sgdm"])
 def test_flat_parameters_train_like_the_tree_on_4_devices(solver, strategy):

@@ -1,6 +1,8 @@
 """The update's parameter layout: the model's tree, or one float32 vector (``FlatParams``).
 
 Same arithmetic as the tree up to XLA's summation order; nothing outside the program sees it.
+The vector holds each convolution kernel (HWIO in the tree) output channels first (OHWI), the
+order cuDNN's filter gradient comes out in, so raveling a step's gradients moves no data.
 """
 from __future__ import annotations
 
@@ -24,6 +26,15 @@ class FlatParams:
     offsets: tuple[int, ...]  # len(shapes) + 1 offsets; the last is the vector's length
     stats: "FlatParams | None" = None  # the batch-norm statistics' vector layout, or None
 
+    @staticmethod
+    def _to_stored(leaf):
+        """A leaf as the vector holds it: 4-D kernels HWIO -> OHWI, others as they are."""
+        return leaf.transpose(3, 0, 1, 2) if leaf.ndim == 4 else leaf
+
+    @staticmethod
+    def _stored_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (shape[3], *shape[:3]) if len(shape) == 4 else shape
+
     @classmethod
     def of(cls, tree, stats=None) -> "FlatParams":
         """The layout of a tree of arrays or shapes (and of ``stats``, if it has leaves)."""
@@ -39,15 +50,23 @@ class FlatParams:
 
     def ravel(self, tree, xp=jnp):
         """The leaves raveled and concatenated as float32 (``xp``: jax.numpy or numpy)."""
-        return xp.concatenate([xp.ravel(leaf).astype(xp.float32)
+        return xp.concatenate([xp.ravel(self._to_stored(xp.asarray(leaf))).astype(xp.float32)
                                for leaf in jax.tree.leaves(tree)])
 
     def unravel(self, flat):
         """The tree of a vector (jax or numpy); leading axes (pmap's device axis) are kept."""
         lead = tuple(flat.shape[:-1])
-        leaves = [flat[..., start:stop].reshape(lead + shape) for start, stop, shape in
+        leaves = [self._from_stored(flat[..., start:stop].reshape(
+            lead + self._stored_shape(shape)), len(lead)) for start, stop, shape in
                   zip(self.offsets[:-1], self.offsets[1:], self.shapes)]
         return jax.tree.unflatten(self.treedef, leaves)
+
+    @staticmethod
+    def _from_stored(leaf, lead: int):
+        """A stored leaf (after ``lead`` leading axes) in the tree's order: OHWI -> HWIO."""
+        if leaf.ndim - lead != 4:
+            return leaf
+        return leaf.transpose(*range(lead), lead + 1, lead + 2, lead + 3, lead)
 
     def unpack(self, variables: dict) -> dict:
         """``{"params", "batch_stats"}`` with their vectors unravelled into trees."""
