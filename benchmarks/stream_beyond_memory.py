@@ -1,0 +1,183 @@
+"""Streamed training from a memory-mapped set larger than the memory the process may use.
+
+    sudo python benchmarks/stream_beyond_memory.py DIR [--images 100000] [--memory-gb 8] \
+        [--resident-images 10000] [--epochs 1] [--out FILE]
+
+Writes ``DIR/images.npy`` (random 224x224 pixels, ResNet-50's Flowers recipe, 102 classes),
+then trains in a child process placed in a cgroup-v2 group whose ``memory.max`` is
+``--memory-gb``: first resident on the first ``--resident-images`` (the rate to compare
+with), then streamed from the memory map over the whole set. A set bigger than the group's
+memory cannot stay in the page cache, so each epoch reads it from disk. Prints each run's
+``info.images_per_second``, the share of the resident rate, the bytes the child read from
+disk (``/proc/self/io``) and the group's peak memory. Needs root and a writable
+``/sys/fs/cgroup`` (v2 or v1's memory controller; else it says so and stops).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+CHILD = r"""
+import json, os, sys, time
+import numpy as np
+import jaxflowers as jf
+path, resident_count, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+images = np.load(path, mmap_mode="r")
+rng = np.random.default_rng(0)
+labels = rng.integers(0, 102, len(images))
+names = tuple(str(i) for i in range(102))
+model = jf.models.resnet50(num_classes=102)
+
+def read_bytes():
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("read_bytes")).split()[1])
+
+runs = [("resident", jf.data.ImageSet(np.array(images[:resident_count]),
+                                      labels[:resident_count], names)),
+        ("stream-memmap", jf.data.ImageSet(images, labels, names))]
+for placement, data in runs:  # the resident run compiles too: a few epochs, to time it
+    epochs_here = max(epochs, 4) if placement == "resident" else epochs
+    options = jf.recipes.flowers_options(1, len(data), max_epochs=epochs_here).replace(
+        verbose=False, validation_frequency=10**9)
+    before, start = read_bytes(), time.perf_counter()
+    net, info = jf.train(data, model, options, execution=jf.ExecutionOptions(
+        data_placement=placement.split("-")[0]))
+    print(json.dumps({"placement": placement, "images": len(data),
+                      "wall_s": time.perf_counter() - start, "setup_s": info.setup_time,
+                      "compile_s": info.compile_time, "train_s": info.train_time,
+                      "images_per_s": info.images_per_second,
+                      "disk_read_gb": (read_bytes() - before) / 1e9}), flush=True)
+"""
+
+
+def write_set(folder: str, count: int, size: int = 224, block: int = 2048) -> str:
+    """``folder/images.npy``: random images, ``block`` at a time, then dropped from the page
+    cache."""
+    import numpy as np
+
+    path = os.path.join(folder, "images.npy")
+    out = np.lib.format.open_memmap(path, "w+", np.uint8, (count, size, size, 3))
+    # One random block, then each block XOR-ed with its own byte: drawing 15 GB of random
+    # bytes would take longer than the training it feeds.
+    base = np.random.default_rng(0).integers(0, 256, (block, size, size, 3), dtype=np.uint8)
+    for number, start in enumerate(range(0, count, block)):
+        stop = min(count, start + block)
+        np.bitwise_xor(base[:stop - start], np.uint8(number % 256), out=out[start:stop])
+    out.flush()
+    del out
+    # Out of the page cache (it was charged to this process's group, not the child's), so the
+    # child reads the set from disk.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return path
+
+
+class MemoryGroup:
+    """A cgroup memory limit for a child process: cgroup v2's ``memory.max``, or v1's
+    ``memory.limit_in_bytes``. OSError if neither can be made (not root, read-only)."""
+
+    def __init__(self, name: str, memory_bytes: int):
+        v2, v1 = "/sys/fs/cgroup", "/sys/fs/cgroup/memory"
+        if os.path.exists(os.path.join(v2, "cgroup.subtree_control")):
+            with open(os.path.join(v2, "cgroup.subtree_control")) as f:
+                if "memory" not in f.read().split():
+                    self._write(os.path.join(v2, "cgroup.subtree_control"), "+memory")
+            self.folder, self.files = os.path.join(v2, name), ("memory.max", "memory.peak",
+                                                             "memory.events")
+        elif os.path.isdir(v1):
+            self.folder, self.files = os.path.join(v1, name), (
+                "memory.limit_in_bytes", "memory.max_usage_in_bytes", "memory.failcnt")
+        else:
+            raise OSError("no cgroup memory controller under /sys/fs/cgroup")
+        os.makedirs(self.folder, exist_ok=True)
+        self._write(os.path.join(self.folder, self.files[0]), str(memory_bytes))
+        for swap in ("memory.swap.max", "memory.memsw.limit_in_bytes"):
+            if os.path.exists(os.path.join(self.folder, swap)):
+                try:
+                    self._write(os.path.join(self.folder, swap),
+                                "0" if swap == "memory.swap.max" else str(memory_bytes))
+                except OSError:
+                    pass
+
+    @staticmethod
+    def _write(path: str, text: str) -> None:
+        with open(path, "w") as f:
+            f.write(text)
+
+    def read(self) -> dict:
+        """The group's peak memory (GiB) and its limit events (v2) or failure count (v1)."""
+        out = {}
+        for name in self.files[1:]:
+            path = os.path.join(self.folder, name)
+            if os.path.exists(path):
+                with open(path) as f:
+                    text = f.read().strip()
+                out[name] = (round(int(text) / 2**30, 2) if name != "memory.events"
+                             and text.isdigit() and name != "memory.failcnt" else text)
+        return out
+
+    def remove(self) -> None:
+        os.rmdir(self.folder)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("dir", help="folder for images.npy (on the disk to stream from)")
+    parser.add_argument("--images", type=int, default=100_000, help="15 GB at 224x224")
+    parser.add_argument("--memory-gb", type=float, default=8.0, help="the child's memory.max")
+    parser.add_argument("--resident-images", type=int, default=10_000)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--out", help="JSON file for the rows")
+    args = parser.parse_args()
+    try:
+        group = MemoryGroup(f"jaxflowers-stream-{os.getpid()}", int(args.memory_gb * 2**30))
+    except OSError as error:
+        sys.exit(f"cannot make a cgroup memory group under /sys/fs/cgroup: {error}")
+    os.makedirs(args.dir, exist_ok=True)
+    start = time.perf_counter()
+    path = write_set(args.dir, args.images)
+    size_gb = os.path.getsize(path) / 1e9
+    print(f"wrote {path}: {args.images} images, {size_gb:.1f} GB in "
+          f"{time.perf_counter() - start:.1f} s; the child may use {args.memory_gb:g} GiB",
+          flush=True)
+    # Join the group first, then exec the child: all it maps and caches counts against it.
+    command = ["sh", "-c", f'echo $$ > {group.folder}/cgroup.procs && exec "$0" "$@"',
+               sys.executable, "-c", CHILD, path, str(args.resident_images), str(args.epochs)]
+    # Each row printed as it comes, so that a run cut short still shows what it measured.
+    rows, errors = [], tempfile.TemporaryFile("w+")
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True) as child:
+        for line in child.stdout:
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+                print(line.rstrip(), flush=True)
+    returncode = child.returncode
+    errors.seek(0)
+    stderr = errors.read()
+    memory = group.read()
+    group.remove()
+    if returncode:
+        print(f"the child failed (rc {returncode}; the group: {memory}):\n{stderr[-2000:]}",
+              flush=True)
+    resident = next((r["images_per_s"] for r in rows if r["placement"] == "resident"), None)
+    for row in rows:
+        share = f", {100 * row['images_per_s'] / resident:.1f} % of resident" if resident else ""
+        print(f"{row['placement']:14s} {row['images']:7d} images: {row['images_per_s']:7.0f} "
+              f"images/s{share}; set-up {row['setup_s']:.1f} s, read from disk "
+              f"{row['disk_read_gb']:.1f} GB", flush=True)
+    print(f"the group (limit {args.memory_gb:g} GiB): {memory}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"images": args.images, "set_gb": size_gb, "memory_gb": args.memory_gb,
+                       "group": memory, "rows": rows,
+                       "returncode": returncode}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
