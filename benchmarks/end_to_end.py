@@ -89,14 +89,15 @@ def run_once(cmd, env, timeout: float | None = None) -> dict:
     return row
 
 
-def start_ups(log_dir: str) -> list[str]:
-    """Each sweep job's "Start-up, seconds after the job reached its worker: ..." line, by job."""
+def start_ups(log_dir: str, what: str = "Start-up") -> list[str]:
+    """Each sweep job's "Start-up, seconds after the job reached its worker: ..." line (or its
+    "End, ..." line), by job."""
     lines = []
     for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
         with open(os.path.join(log_dir, name), errors="replace") as log:
-            found = re.findall(r"^Start-up, seconds after the job reached its worker: (.*)$",
+            found = re.findall(rf"^{what}, seconds after the job reached its worker: (.*)$",
                                log.read(), re.M)
-        lines += [f"{name}: {found[-1]}"] if found else []
+        lines += [f"{name}: {what.lower()} {found[-1]}"] if found else []
     return lines
 
 
@@ -137,7 +138,8 @@ def main() -> None:
                        jobs_per_device=args.jobs_per_device,
                        **run_once(cmd + ["--seed", str(seed)], env, args.timeout))
             if args.kind == "sweep":  # each job's start-up, from its log
-                row["start_up"] = start_ups(os.path.join(scratch, "sweep", "sweep-logs"))
+                logs = os.path.join(scratch, "sweep", "sweep-logs")
+                row["start_up"], row["end"] = start_ups(logs), start_ups(logs, "End")
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(f"{'run':6s} {'wall s':>8s} {'compile s':>10s} {'train s':>8s} {'rest s':>7s}")
@@ -153,7 +155,7 @@ def main() -> None:
               + (f"  FAILED rc={r['returncode']}" if r["returncode"] else ""))
         if "parts_s" in r:
             print("         " + ", ".join(f"{k} {v:.1f}" for k, v in r["parts_s"].items()))
-        for line in r.get("jobs", []) + r.get("start_up", []):
+        for line in r.get("jobs", []) + r.get("start_up", []) + r.get("end", []):
             print(f"         {line}")
     if args.out:
         with open(args.out, "w") as f:

@@ -89,13 +89,20 @@ def test_cli_sweep_on_digits_trains_both_depths_and_tests_the_best(tmp_path):
     assert all(re.search(r"^Predicted the \d+ test images$", log.read_text(), re.M)
                for log in logs)
     assert all(0 <= a <= 100 for a in final.values())
-    for log in logs:  # where each job's start-up went, in order, from the worker's launch
+    for log in logs:  # where each job's start-up and end went, in order, from its launch
         line = re.search(r"^Start-up, seconds after the job reached its worker: (.*)$",
                          log.read_text(), re.M)
         marks = dict(re.findall(r"([a-zA-Z' ]+?) ([\d.]+)(?:, |$)", line.group(1)))
         assert list(marks) == ["job function", "imports", "data", "JAX's devices", "first step"]
         times = [float(t) for t in marks.values()]
         assert times == sorted(times) and 0 < times[0] < times[-1] < 120, line.group(0)
+        end = re.search(r"^End, seconds after the job reached its worker: (.*)$",
+                        log.read_text(), re.M)
+        ends = dict(re.findall(r"([a-z ]+?) ([\d.]+)(?:, |$)", end.group(1)))
+        assert list(ends) == ["last step", "network returned", "test predicted",
+                              "result written"], end.group(0)
+        end_times = [float(t) for t in ends.values()]
+        assert times[-1] <= end_times[0] and end_times == sorted(end_times), end.group(0)
 
 
 @pytest.mark.slow

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import Any, Mapping
 
 __all__ = ["ENV_FD", "ENV_LAUNCHED", "ENV_READY", "connect", "encode_message", "launched",
-           "ready", "report"]
+           "mark", "marks", "ready", "report"]
 
 ENV_FD = "JAXFLOWERS_SWEEP_REPORT_FD"
 ENV_LAUNCHED = "JAXFLOWERS_SWEEP_LAUNCHED"  # time.time() when the worker got its job
@@ -68,6 +69,18 @@ def launched() -> float | None:
     """``time.time()`` when this worker got its job (its launch, or the hand-over to a warm
     worker); None outside a pool."""
     return _channel.get("launched")
+
+
+def mark(name: str) -> None:
+    """Note when ``name`` happened, in seconds after this worker got its job (the last call
+    for a name wins); nothing outside a pool. The worker prints them once the job ends."""
+    if _channel.get("launched") is not None:
+        _channel.setdefault("marks", {})[name] = time.time() - _channel["launched"]
+
+
+def marks() -> dict[str, float]:
+    """The ``mark`` times so far, in the order the names were first marked."""
+    return dict(_channel.get("marks", {}))
 
 
 def ready() -> float | None:

@@ -10,7 +10,7 @@ import time
 from typing import Any, Mapping
 
 from jaxflowers import recipes  # imports no JAX
-from jaxflowers.sweep.channel import launched, ready, report
+from jaxflowers.sweep.channel import launched, mark, ready, report
 
 __all__ = ["job_options", "train_job"]
 
@@ -83,7 +83,12 @@ class _SendToPool:
         self.measured, self.start_up = False, start_up
 
     def __call__(self, message: dict) -> bool:
-        if not self.measured and message.get("state") == "iteration":
+        state = message.get("state")
+        if state == "iteration":  # the last one comes with the last step
+            mark("last step")
+        elif state == "done":  # after the population pass and the final validation
+            mark("network returned")
+        if not self.measured and state == "iteration":
             self.measured = True
             if self.start_up is not None:
                 self.start_up.mark("first step")

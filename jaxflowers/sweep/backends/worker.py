@@ -58,6 +58,10 @@ def run(folder: pathlib.Path) -> int:
         fn = transfer.resolve_job(spec["ref"], spec.get("main_path"))
         args = transfer.rebuild(transfer.read_arguments(folder))
         transfer.write_result(folder, fn(*args["args"], **args["kwargs"]))
+        channel.mark("result written")
+        if times := channel.marks():  # where the job's end went (start-up: sweep.jobs)
+            print("End, seconds after the job reached its worker: " + ", ".join(
+                f"{name} {seconds:.1f}" for name, seconds in times.items()), flush=True)
         return 0
     except Exception as error:  # noqa: BLE001 (every failure is reported to the caller)
         text = traceback.format_exc()

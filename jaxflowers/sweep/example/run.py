@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence, TextIO
 
 from jaxflowers import recipes
 from jaxflowers.host import signals
-from jaxflowers.sweep import transfer
+from jaxflowers.sweep import channel, transfer
 from jaxflowers.sweep.events import Relay
 from jaxflowers.sweep.example import report as results
 from jaxflowers.sweep.example.data import example_plan
@@ -83,6 +83,7 @@ def depth_job(*, data: Mapping, depth: int, max_epochs: int = 30, seed: int = 0,
         return net, info, None
     # tested here, on the GPU the job holds: the caller never starts JAX on the GPUs
     test_codes = np.argmax(predict(net, test_set), axis=1).astype(np.int32)
+    channel.mark("test predicted")
     print(f"Predicted the {len(test_set)} test images", flush=True)
     return net, info, test_codes
 
