@@ -77,6 +77,9 @@ def test_confusion_chart_explains_itself_and_saves_what_it_shows(tmp_path):
     assert plots.confusion_chart(TRUE, PRED, NAMES, title="").ax.get_title() == ""
     with pytest.raises(FileNotFoundError):
         chart.savefig(tmp_path / "missing" / "chart.png")
+    # savefig lays the chart out once itself; the figure keeps its layout engine after it,
+    # also when writing failed
+    assert type(chart.figure.get_layout_engine()).__name__ == "TightLayoutEngine"
 
 
 def test_confusion_chart_string_labels_options_and_errors():
@@ -193,6 +196,17 @@ def test_confusion_chart_grows_with_its_classes_and_keeps_text_readable(classes,
     labels = chart.ax.xaxis.label.get_window_extent()
     gap = (labels.y0 - strip.y1) / chart.figure.dpi
     assert 0 < gap < 0.45 and cells.y0 > labels.y1
+    # Each cell's number (the widest, "100.0%", in the summaries) fits its cell: the layout
+    # leaves the numbers out, so none may stick out of the cells' axes.
+    renderer = chart.figure.canvas.get_renderer()
+    for ax in chart.figure.axes:
+        box = ax.get_window_extent()
+        rows, columns = np.shape(ax.images[0].get_array())[:2]
+        for text in ax.texts:
+            extent = text.get_window_extent(renderer)
+            assert extent.width <= box.width / columns and extent.height <= box.height / rows
+            assert box.x0 <= extent.x0 and extent.x1 <= box.x1, text
+            assert box.y0 <= extent.y0 and extent.y1 <= box.y1, text
 
 
 def test_import_is_light_and_charts_never_open_windows():

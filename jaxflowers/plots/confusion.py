@@ -38,8 +38,9 @@ def _draw_cells(ax, values, diagonal, percent: bool, size: float,
     for (i, j), value in np.ndenumerate(values):
         if np.isfinite(value) and (value != 0 or not blank_zero):
             text = f"{value:.1f}%" if percent else f"{value:g}"
+            # inside its cell: no part of the layout (tight layout skips measuring it)
             ax.text(j, i, text, ha="center", va="center", fontsize=size,
-                    color="white" if scale[i, j] > 0.55 else "black")
+                    color="white" if scale[i, j] > 0.55 else "black", in_layout=False)
 
 
 @dataclass
@@ -65,7 +66,26 @@ class ConfusionChart:
 
     def savefig(self, path, **savefig_kwargs):
         """Write the chart to ``path``, format by extension (MATLAB: ``exportgraphics``)."""
-        self.figure.savefig(path, **savefig_kwargs)
+        # Laid out once, then drawn once: with its layout engine on, ``savefig`` would walk
+        # every cell's text twice (a layout pass, then the drawing).
+        engine = self.figure.get_layout_engine()
+        if engine is None:
+            self.figure.savefig(path, **savefig_kwargs)
+            return path
+        import matplotlib
+
+        figure, dpi = self.figure, savefig_kwargs.get("dpi", matplotlib.rcParams["savefig.dpi"])
+        shown_dpi = figure.dpi
+        try:
+            figure.dpi = shown_dpi if dpi in (None, "figure") else dpi  # as savefig lays out
+            engine.execute(figure)
+        finally:
+            figure.dpi = shown_dpi
+        figure.set_layout_engine(None)
+        try:
+            figure.savefig(path, **savefig_kwargs)
+        finally:
+            figure.set_layout_engine(engine)
         return path
 
 

@@ -1,0 +1,87 @@
+"""Seconds to draw and save the examples' confusion charts (the last thing a sweep or the
+Flowers example does before it returns), per package tree, trees alternating.
+
+    python benchmarks/figure_time.py [--tree NAME=DIR ...] [--rounds 5] [--repeats 5]
+
+Each round runs every tree in a fresh process (``PYTHONPATH`` first), which draws each chart
+``--repeats`` times after one untimed draw (fonts and caches warm, as at a run's end) and
+prints the median seconds of building and of ``savefig`` (100 dpi). Charts: the sweep's (10
+classes, 5,000 test images) and the Flowers example's (5 classes, 367).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+CHILD = r"""
+import json, statistics, sys, time
+import numpy as np
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from jaxflowers.plots import confusion_chart
+repeats, out = int(sys.argv[1]), sys.argv[2]
+rng = np.random.default_rng(0)
+charts = {"sweep": (("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
+                     "ship", "truck"), 5000, 0.77),
+          "flowers": (("daisy", "dandelion", "roses", "sunflowers", "tulips"), 367, 0.82)}
+row = {}
+for name, (classes, count, right) in charts.items():
+    true = rng.integers(0, len(classes), count)
+    pred = np.where(rng.random(count) < right, true, rng.integers(0, len(classes), count))
+    build, save = [], []
+    for r in range(repeats + 1):
+        start = time.perf_counter()
+        chart = confusion_chart(true, pred, classes, row_summary="row-normalized",
+                                column_summary="column-normalized",
+                                title=f"test accuracy {100 * right:.2f}%")
+        built = time.perf_counter()
+        chart.savefig(f"{out}-{name}.png", dpi=100)
+        saved = time.perf_counter()
+        plt.close(chart.figure)
+        if r:
+            build.append(built - start)
+            save.append(saved - built)
+    row[name] = {"build_s": statistics.median(build), "save_s": statistics.median(save)}
+print(json.dumps(row))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tree", action="append", metavar="NAME=DIR",
+                        help="a package tree (repeatable); default: the installed one")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", default="figure_time", help="prefix of the PNGs (and .json)")
+    args = parser.parse_args()
+    trees = [tuple(spec.split("=", 1)) for spec in args.tree or ["installed="]]
+    rows = []
+    for round_ in range(args.rounds):
+        for name, tree in trees:
+            env = dict(os.environ, MPLBACKEND="Agg")
+            if tree:
+                env["PYTHONPATH"] = os.pathsep.join(
+                    [os.path.abspath(tree)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+                env["PYTHONSAFEPATH"] = "1"
+            result = subprocess.run([sys.executable, "-c", CHILD, str(args.repeats),
+                                     f"{args.out}-{name}"], env=env, capture_output=True,
+                                    text=True)
+            if result.returncode:
+                sys.exit(f"tree {name} failed:\n{result.stderr[-2000:]}")
+            rows.append({"round": round_, "tree": name, **json.loads(result.stdout)})
+            print(json.dumps(rows[-1]), flush=True)
+    print(f"{'tree':10s} {'chart':8s} {'build s (median of rounds)':>28s} {'save s':>8s}")
+    for name, _ in trees:
+        for chart in ("sweep", "flowers"):
+            mine = [r[chart] for r in rows if r["tree"] == name]
+            print(f"{name:10s} {chart:8s} {statistics.median(m['build_s'] for m in mine):28.3f} "
+                  f"{statistics.median(m['save_s'] for m in mine):8.3f}")
+    with open(f"{args.out}.json", "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
