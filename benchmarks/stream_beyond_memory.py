@@ -1,9 +1,10 @@
 """Streamed training from a memory-mapped set larger than the memory the process may use.
 
     sudo python benchmarks/stream_beyond_memory.py DIR [--images 100000] [--memory-gb 8] \
-        [--resident-images 10000] [--epochs 1] [--out FILE]
+        [--resident-images 10000] [--epochs 1] [--size 224] [--model resnet50] [--out FILE]
 
-Writes ``DIR/images.npy`` (random 224x224 pixels, ResNet-50's Flowers recipe, 102 classes),
+Writes ``DIR/images.npy`` (random pixels, ``--size`` square; the Flowers recipe, 102 classes,
+ResNet-50 or ``--model cifar_net:DEPTH`` for a quick run on a CPU),
 then trains in a child process placed in a cgroup-v2 group whose ``memory.max`` is
 ``--memory-gb``: first resident on the first ``--resident-images`` (the rate to compare
 with), then streamed from the memory map over the whole set. A set bigger than the group's
@@ -24,12 +25,14 @@ CHILD = r"""
 import json, os, sys, time
 import numpy as np
 import jaxflowers as jf
-path, resident_count, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+path, model_name = sys.argv[1], sys.argv[4]
+resident_count, epochs = int(sys.argv[2]), int(sys.argv[3])
 images = np.load(path, mmap_mode="r")
 rng = np.random.default_rng(0)
 labels = rng.integers(0, 102, len(images))
 names = tuple(str(i) for i in range(102))
-model = jf.models.resnet50(num_classes=102)
+model = (jf.models.resnet50(num_classes=102) if model_name == "resnet50" else
+         jf.models.cifar_net(depth=int(model_name.split(":")[1]), num_classes=102))
 
 def read_bytes():
     with open("/proc/self/io") as f:
@@ -134,6 +137,8 @@ def main() -> None:
     parser.add_argument("--memory-gb", type=float, default=8.0, help="the child's memory.max")
     parser.add_argument("--resident-images", type=int, default=10_000)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--size", type=int, default=224, help="pixels per side")
+    parser.add_argument("--model", default="resnet50", help="resnet50 or cifar_net:DEPTH")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args()
     try:
@@ -142,14 +147,15 @@ def main() -> None:
         sys.exit(f"cannot make a cgroup memory group under /sys/fs/cgroup: {error}")
     os.makedirs(args.dir, exist_ok=True)
     start = time.perf_counter()
-    path = write_set(args.dir, args.images)
+    path = write_set(args.dir, args.images, args.size)
     size_gb = os.path.getsize(path) / 1e9
     print(f"wrote {path}: {args.images} images, {size_gb:.1f} GB in "
           f"{time.perf_counter() - start:.1f} s; the child may use {args.memory_gb:g} GiB",
           flush=True)
     # Join the group first, then exec the child: all it maps and caches counts against it.
     command = ["sh", "-c", f'echo $$ > {group.folder}/cgroup.procs && exec "$0" "$@"',
-               sys.executable, "-c", CHILD, path, str(args.resident_images), str(args.epochs)]
+               sys.executable, "-c", CHILD, path, str(args.resident_images), str(args.epochs),
+               args.model]
     # Each row printed as it comes, so that a run cut short still shows what it measured.
     rows, errors = [], tempfile.TemporaryFile("w+")
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True) as child:
