@@ -119,6 +119,15 @@ def report_memory_then_sleep(peak: int, limit: int, seconds: float):
             "device_memory": {"peak": peak, "limit": limit}})
     time.sleep(seconds)
     return os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION"), start, time.time()
+
+
+def report_memory_warm_then_sleep(peak: int, limit: int, seconds: float, wait: float = 0.0):
+    """``report_memory_then_sleep``'s (fraction, start, end) after ``wait`` seconds, and whether
+    a warm worker ran it."""
+    from jaxflowers.sweep.channel import ready
+
+    time.sleep(wait)
+    return (*report_memory_then_sleep(peak, limit, seconds), ready() is not None)
 def placed(seconds: float):
     """(the CPU devices and GPUs this worker was given, start time, end time) of a job that
     sleeps ``seconds``."""

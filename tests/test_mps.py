@@ -153,6 +153,22 @@ def test_auto_jobs_per_device_fills_the_gpu_the_first_job_measured(fake_mps, tmp
         sweep.DevicePool("all", jobs_per_device="auto", backend="ray")
 
 
+def test_auto_hands_the_jobs_of_its_added_slots_to_warm_workers_with_their_cap(fake_mps,
+                                                                             tmp_path):
+    """The slots "auto" adds once the first job has measured itself cap the memory lower than
+    the first slot; the warm workers launched meanwhile still take their jobs, and that cap."""
+    gib = 2**30
+    with sweep.DevicePool(1, jobs_per_device="auto", mps=False, log_dir=tmp_path) as pool:
+        # the first job measures itself once all four wait, as a training's first step does
+        futures = [pool.submit(sweep_jobs.report_memory_warm_then_sleep, 10 * gib,
+                               int(72 * gib), 2, wait=1.0 if job == 0 else 0.0)
+                   for job in range(4)]
+        runs = [future.result(timeout=120) for future in futures]
+        assert pool.jobs_per_device == {"0": 5}
+    assert [fraction for fraction, *_ in runs] == ["0.9", "0.18", "0.18", "0.18"]
+    assert [warm for *_, warm in runs] == [True] * 4
+
+
 def test_auto_on_a_small_gpu_keeps_one_job(fake_mps, tmp_path):
     gib = 2**30
     with sweep.DevicePool(1, jobs_per_device="auto", mps=False, warm_workers=False,

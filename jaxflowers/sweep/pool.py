@@ -255,8 +255,12 @@ class DevicePool:
         the lock held)."""
         waiting = sum(1 for job in self._queue if job.num_devices == 1)
         if self._warm_workers and waiting:
+            slots = self._slots
+            if self._auto:  # the slots "auto" may still add: any worker of the GPU serves them
+                slots = slots + [slot for slot in self._slots if slot.gpu not in self._decided
+                                 for _ in range(placement.AUTO_MAX_JOBS - 1)]
             try:
-                self._backend.keep_warm(placement.spread(self._slots, waiting))
+                self._backend.keep_warm(placement.spread(slots, waiting))
             except OSError as error:  # the jobs then launch workers of their own
                 _log.warning("could not launch a warm worker: %s", error)
 

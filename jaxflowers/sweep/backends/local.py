@@ -18,6 +18,16 @@ from jaxflowers.sweep.backends.process import WorkerProcess, outcome, to_result,
 
 __all__ = ["LocalBackend"]
 
+# Read only when a job starts JAX's GPU backend, after a warm worker has its job: a warm worker
+# launched for one slot of a GPU serves any slot of it (``jobs_per_device="auto"`` changes
+# the memory cap of the slots it adds) and takes these at the hand-over.
+_AT_HAND_OVER = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE")
+
+
+def _launch_environment(env: dict) -> dict:
+    """What a warm worker must have been launched with to serve a slot of ``env``."""
+    return {name: value for name, value in env.items() if name not in _AT_HAND_OVER}
+
 
 class LocalBackend:
     """Runs a ``DevicePool``'s jobs as subprocesses (see ``DevicePool(backend="local")``)."""
@@ -58,11 +68,11 @@ class LocalBackend:
     def keep_warm(self, slots) -> None:
         """Launch warm workers until one waits for each entry of ``slots`` (by environment)."""
         with self._warm_lock:
-            waiting = [env for env, _ in self._warm]
+            waiting = [_launch_environment(env) for env, _ in self._warm]
         for slot in slots:
             env = self._environment(slot)
-            if env in waiting:
-                waiting.remove(env)
+            if _launch_environment(env) in waiting:
+                waiting.remove(_launch_environment(env))
                 continue
             with self._warm_lock:
                 self._launched += 1
@@ -89,16 +99,19 @@ class LocalBackend:
         return env
 
     def _take_warm(self, env: dict, folder, log_path) -> WorkerProcess | None:
-        """A warm worker launched with ``env``, handed the job in ``folder``; None if none is."""
+        """A warm worker launched for ``env``'s GPU, handed the job in ``folder`` and the rest of
+        ``env``; None if none is."""
+        launch = _launch_environment(env)
         while True:
             with self._warm_lock:
-                match = next((entry for entry in self._warm if entry[0] == env), None)
+                match = next((entry for entry in self._warm
+                              if _launch_environment(entry[0]) == launch), None)
                 if match is None:
                     return None
                 self._warm.remove(match)
             worker = match[1]
             try:
-                worker.assign(folder, log_path)
+                worker.assign(folder, log_path, {name: env.get(name) for name in _AT_HAND_OVER})
                 return worker
             except OSError:  # it died waiting: reap it, try the next
                 worker.discard()

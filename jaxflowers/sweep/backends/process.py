@@ -59,9 +59,12 @@ class WorkerProcess:
         self._reap_lock = threading.Lock()  # no signal to a reaped (reusable) pid
         self.returncode: int | None = None
 
-    def assign(self, folder: pathlib.Path, log_path: pathlib.Path) -> None:
-        """Hand a warm worker its job; OSError if it is gone (launch another instead)."""
-        message = {"folder": str(folder), "log": str(log_path), "assigned": time.time()}
+    def assign(self, folder: pathlib.Path, log_path: pathlib.Path,
+               environment: Mapping[str, str | None] | None = None) -> None:
+        """Hand a warm worker its job, and ``environment``'s variables (None: unset) to take
+        before the job runs; OSError if it is gone (launch another instead)."""
+        message = {"folder": str(folder), "log": str(log_path), "assigned": time.time(),
+                   "environment": dict(environment or {})}
         self.proc.stdin.write((json.dumps(message) + "\n").encode())
         self.proc.stdin.flush()
         self.folder, self.log_path = folder, log_path

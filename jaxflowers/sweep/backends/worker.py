@@ -92,6 +92,11 @@ def _wait_for_job(jobs: queue.SimpleQueue) -> pathlib.Path:
     os.dup2(log, 2)
     os.close(log)
     os.environ[ENV_LAUNCHED] = repr(job["assigned"])  # start-up counts from the hand-over
+    for name, value in job.get("environment", {}).items():  # the slot's, read by JAX later
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     return pathlib.Path(job["folder"])
 
 
