@@ -7,11 +7,13 @@ through the session's compilation cache) and a few seconds of training on 2 core
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -131,15 +133,17 @@ print("RECOVERED", *result.recovered)
 
 
 def _wait_for(study_dir: pathlib.Path, complete: int, running: int, caller, timeout: float):
-    storage = f"sqlite:///{study_dir / 'experiment.db'}"
+    # Read-only: opening the database through Optuna would create its tables, which the caller
+    # may be creating at that moment.
+    database = f"file:{study_dir / 'experiment.db'}?mode=ro"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and caller.poll() is None:
         try:
-            trials = optuna.load_study(study_name="experiment", storage=storage).trials
-            states = [t.state.name for t in trials]
+            with contextlib.closing(sqlite3.connect(database, uri=True)) as connection:
+                states = [state for (state,) in connection.execute("SELECT state FROM trials")]
             if states.count("COMPLETE") >= complete and states.count("RUNNING") >= running:
                 return
-        except Exception:  # noqa: BLE001 (the study is not made yet)
+        except sqlite3.Error:  # the study is not made yet
             pass
         time.sleep(0.5)
     if caller.poll() is not None:  # it ended before that point: say why

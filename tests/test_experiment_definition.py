@@ -156,3 +156,29 @@ def test_fixed_settings_must_be_plain_values():
         _experiment({"depth": [1]}, options={"augmentation": jf.data.Augmentation()})
     _experiment({"depth": [1]}, options={"augmentation": {"reflect_x": True}})
     _experiment({"validation_patience": [2, 5]}, options={"output_network": "best-validation"})
+
+
+def test_a_database_another_process_is_creating_is_opened_again(tmp_path, monkeypatch):
+    """Two processes opening a new experiment database at once (a caller and a reader of its
+    table) may both create its tables: the one that finds them made meanwhile opens it
+    again; any other database error still stops it."""
+    optuna = pytest.importorskip("optuna")
+    import sqlalchemy.exc
+
+    real, calls, errors = optuna.storages.RDBStorage, [], ["table studies already exists"]
+
+    class Racing(real):
+        def __init__(self, url, **kwargs):
+            calls.append(url)
+            if errors:
+                real(url, **kwargs)  # the other process's tables, made meanwhile
+                raise sqlalchemy.exc.OperationalError("CREATE TABLE studies", {},
+                                                      Exception(errors.pop()))
+            super().__init__(url, **kwargs)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", Racing)
+    experiment = _experiment({"depth": [1, 2]}, out_dir=tmp_path)
+    assert experiment.table().empty and len(calls) == 2
+    errors.append("disk I/O error")
+    with pytest.raises(sqlalchemy.exc.OperationalError, match="disk I/O error"):
+        experiment.table()

@@ -58,6 +58,22 @@ def make_pruner(pruner) -> optuna.pruners.BasePruner:
             "halving": optuna.pruners.SuccessiveHalvingPruner}[pruner]()
 
 
+def _open_storage(storage: str, attempts: int = 3):
+    """Optuna's storage at ``storage``. Two processes opening a new database at once (a rerun
+    and a reader of its table, two callers) may both create its tables; the one that finds
+    them made meanwhile opens it again."""
+    import sqlalchemy.exc
+
+    engine = {"connect_args": {"timeout": 60}} if storage.startswith("sqlite") else {}
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(storage, engine_kwargs=engine)
+        except sqlalchemy.exc.OperationalError as error:
+            if "already exists" not in str(error) or attempt == attempts - 1:
+                raise
+            time.sleep(0.2)
+
+
 class Search:
     """One experiment's study: its points, and ask / report / tell for its trials.
 
@@ -82,8 +98,7 @@ class Search:
         self.space, self.points, self.trials = dict(space), points, int(trials)
         self.owner = {"host": socket.gethostname(), "pid": os.getpid(),
                       "started": start_time(os.getpid())}
-        engine = {"connect_args": {"timeout": 60}} if storage.startswith("sqlite") else {}
-        rdb = optuna.storages.RDBStorage(storage, engine_kwargs=engine)
+        rdb = _open_storage(storage)
         self.study = optuna.create_study(storage=rdb, study_name=name, direction=direction,
                                          load_if_exists=True, pruner=make_pruner(pruner),
                                          sampler=_PointSampler(points or ()))
