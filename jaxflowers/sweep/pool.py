@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 from jaxflowers.sweep import shutdown as interrupts
 from jaxflowers.sweep import slots as placement
 from jaxflowers.sweep import transfer
+from jaxflowers.sweep.auto import AutoSizing
 from jaxflowers.sweep.backends import make_backend
 from jaxflowers.sweep.backends.base import Job, JobEvents
 from jaxflowers.sweep.events import EventDispatcher, OnlyStates
@@ -68,17 +69,17 @@ class DevicePool:
             raise ValueError(f"memory_fraction={memory_fraction!r} must lie in (0, 1]")
         if mps not in ("auto", True, False):
             raise ValueError(f"mps={mps!r}: use 'auto', True or False")
-        self._auto = jobs_per_device == "auto"
-        if self._auto and backend != "local":
+        auto = jobs_per_device == "auto"
+        self._sizing = AutoSizing() if auto else None  # None: a fixed jobs_per_device
+        if auto and backend != "local":
             raise ValueError("jobs_per_device='auto' needs backend='local' (Ray packs tasks "
                              "by GPU fractions fixed at submit)")
-        self._decided: dict[str, int] = {}
         self._backend = make_backend(backend, log_dir=log_dir, address=address,
                                       memory_fraction=memory_fraction)
         try:
             self._slots = make_slots(devices, jobs_per_device, self._backend.gpus(),
                                      self._backend.cpu_slots())
-            self.sharing = placement.sharing(self._slots, self._backend, mps, auto=self._auto)
+            self.sharing = placement.sharing(self._slots, self._backend, mps, auto=auto)
             if warm_workers is None:
                 warm_workers = any(slot.gpu is not None for slot in self._slots)
             self._warm_workers = bool(warm_workers)
@@ -221,7 +222,7 @@ class DevicePool:
 
     def _check_devices(self, num_devices: int) -> None:
         devices = self.num_devices
-        if self._auto and num_devices != 1:
+        if self._sizing and num_devices != 1:
             raise ValueError("jobs_per_device='auto' packs jobs of one device; give the pool "
                              "a number of jobs per device for jobs of several")
         if isinstance(num_devices, bool) or not isinstance(num_devices, int) \
@@ -255,10 +256,8 @@ class DevicePool:
         the lock held)."""
         waiting = sum(1 for job in self._queue if job.num_devices == 1)
         if self._warm_workers and waiting:
-            slots = self._slots
-            if self._auto:  # the slots "auto" may still add: any worker of the GPU serves them
-                slots = slots + [slot for slot in self._slots if slot.gpu not in self._decided
-                                 for _ in range(placement.AUTO_MAX_JOBS - 1)]
+            # with "auto", also for the slots it may still add: any worker of a GPU serves them
+            slots = self._sizing.warm_targets(self._slots) if self._sizing else self._slots
             try:
                 self._backend.keep_warm(placement.spread(slots, waiting))
             except OSError as error:  # the jobs then launch workers of their own
@@ -283,33 +282,30 @@ class DevicePool:
 
     def _message(self, job: Job, message: dict) -> None:
         """``JobEvents.message``: pass it on; with "auto", size the job's GPU by it."""
-        memory = message.get("device_memory") if self._auto else None
-        if (memory and job.slot.gpu is not None and job.slot.num_devices == 1
-                and job.slot.gpu not in self._decided):
+        memory = self._sizing.measured(job.slot, message) if self._sizing else None
+        if memory:
             self._fill_gpu(job, memory)
         self._events.put(job.index, message)
 
     def _fill_gpu(self, job: Job, memory: dict) -> None:
         """Open as many slots on ``job``'s GPU as its measured memory lets fit."""
-        gpu = job.slot.gpu
-        count, total = placement.auto_jobs(memory, job.slot.memory_fraction)
         with self._lock:
-            if gpu in self._decided:
+            decision = self._sizing.decide(job.slot, memory, len(self._slots))
+            if decision is None:
                 return
-            self._decided[gpu] = count
-            added = placement.more_slots(job.slot, len(self._slots), count)
+            count, total, added = decision
             self._slots += added
             self._free += added
             self._start_queued()
         print(f"jobs_per_device='auto': job {job.index} takes {memory['peak'] / 2**30:.2f} GiB "
-              f"of GPU {gpu}'s {total / 2**30:.0f} GiB: {count} jobs at a time on it",
+              f"of GPU {job.slot.gpu}'s {total / 2**30:.0f} GiB: {count} jobs at a time on it",
               file=sys.stderr, flush=True)
 
     @property
     def jobs_per_device(self) -> dict[str, int]:
         """GPU -> the jobs it runs at a time (with "auto": those decided so far)."""
         counts = collections.Counter(s.gpu for s in self._slots if s.gpu is not None)
-        return {gpu: self._decided.get(gpu, n) if self._auto else n
+        return {gpu: self._sizing.decided.get(gpu, n) if self._sizing else n
                 for gpu, n in counts.items()}
 
     def _stop(self, job_index: int) -> bool:

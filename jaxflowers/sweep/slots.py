@@ -14,15 +14,13 @@ from typing import Mapping, Sequence
 
 from jaxflowers.host import gpus, mps
 
-__all__ = ["AUTO_FIRST_FRACTION", "AUTO_MAX_JOBS", "Slot", "auto_jobs", "claim",
-           "default_cpu_slots", "make_slots", "merge", "more_slots", "place", "sharing",
-           "slot_environment", "spread", "visible_gpus"]
+__all__ = ["AUTO_FIRST_FRACTION", "AUTO_MAX_JOBS", "Slot", "claim", "default_cpu_slots",
+           "make_slots", "merge", "place", "sharing", "slot_environment", "spread",
+           "visible_gpus"]
 
 
-# jobs_per_device="auto": at most this many jobs on a GPU; each job's need is its measured
-# peak with this margin, plus this much for its CUDA context and MPS client.
+# jobs_per_device="auto" (``sweep.auto``): at most this many jobs on a GPU.
 AUTO_MAX_JOBS = 8
-_AUTO_MARGIN, _AUTO_CONTEXT = 1.25, 2**30
 AUTO_FIRST_FRACTION = 0.9  # the first job's cap while its footprint is measured
 
 
@@ -75,7 +73,7 @@ def make_slots(devices: str | int | Sequence[int | str], jobs_per_device: int | 
     """The ``len(devices) * jobs_per_device`` slots of a pool, GPU-major (``devices`` as in
     ``DevicePool``; ``gpus``: ``visible_gpus()``; ``cpu_slots``: for "all" without GPUs).
     "auto": one slot per device, a GPU's capped at ``AUTO_FIRST_FRACTION`` (measured alone,
-    before others join it: ``more_slots``)."""
+    before others join it: ``auto.more_slots``)."""
     if jobs_per_device == "auto":
         return [dataclasses.replace(s, memory_fraction=AUTO_FIRST_FRACTION)
                 if s.gpu is not None else s for s in make_slots(devices, 1, gpus, cpu_slots)]
@@ -189,20 +187,6 @@ def _cpu_devices(env: Mapping[str, str], count: int) -> dict[str, str]:
     flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "", env.get("XLA_FLAGS", ""))
     flags = f"{flags.strip()} --xla_force_host_platform_device_count={count}".strip()
     return {"XLA_FLAGS": flags, "JAX_NUM_CPU_DEVICES": str(count)}
-
-
-def auto_jobs(memory: dict, memory_fraction: float | None) -> tuple[int, float]:
-    """(how many jobs fit on a GPU, its memory in bytes) from one job's ``device_memory``
-    report (``peak`` and ``limit`` bytes) under its cap ``memory_fraction``."""
-    total = memory["limit"] / (memory_fraction or AUTO_FIRST_FRACTION)
-    need = memory["peak"] * _AUTO_MARGIN + _AUTO_CONTEXT
-    return int(max(1, min(AUTO_MAX_JOBS, AUTO_FIRST_FRACTION * total // need))), total
-
-
-def more_slots(first: Slot, start: int, count: int) -> list[Slot]:
-    """The ``count - 1`` slots that join ``first`` on its GPU, numbered from ``start``."""
-    return [Slot(start + k, first.gpu, count, device=first.device,
-                 memory_fraction=AUTO_FIRST_FRACTION / count) for k in range(count - 1)]
 
 
 def sharing(slots: Sequence[Slot], backend, requested, *, auto: bool) -> str | None:

@@ -71,8 +71,8 @@ class LocalBackend:
             waiting = [_launch_environment(env) for env, _ in self._warm]
         for slot in slots:
             env = self._environment(slot)
-            if _launch_environment(env) in waiting:
-                waiting.remove(_launch_environment(env))
+            if (launch := _launch_environment(env)) in waiting:
+                waiting.remove(launch)
                 continue
             with self._warm_lock:
                 self._launched += 1
