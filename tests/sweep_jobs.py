@@ -128,6 +128,8 @@ def report_memory_warm_then_sleep(peak: int, limit: int, seconds: float, wait: f
 
     time.sleep(wait)
     return (*report_memory_then_sleep(peak, limit, seconds), ready() is not None)
+
+
 def placed(seconds: float):
     """(the CPU devices and GPUs this worker was given, start time, end time) of a job that
     sleeps ``seconds``."""
