@@ -26,6 +26,7 @@ import numpy as np
 
 from jaxflowers.data import decode
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
+from jaxflowers.data.mapped import take_rows
 from jaxflowers.host.files import unwritable, write_json_atomic
 
 __all__ = ["FORMAT_VERSION", "ON_ERROR", "RESIZE_METHOD", "ResizeCache", "cache_key",
@@ -58,7 +59,7 @@ class ResizeCache:
         """uint8 (len(rows), H, W, 3), read-only: a memmap slice if contiguous, else a copy."""
         if rows.size and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):
             return self.images[rows[0]:rows[0] + rows.size]
-        out = self.images[rows]
+        out = take_rows(self.images, rows)
         out.flags.writeable = False
         return out
 

@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxflowers.data.mapped import take_rows
+
 __all__ = ["BUDGET_ENV", "Placement", "ResidentData", "channel_stats", "choose_placement",
            "device_memory_budget", "epoch_order", "image_shape", "read_rows", "stats_from_moments",
            "steps_per_epoch"]
@@ -106,11 +108,12 @@ def epoch_order(num_samples: int, mini_batch_size: int, num_epochs: int, shuffle
 def read_rows(data, index) -> np.ndarray:
     """uint8 (len(index), H, W, C): the images of a set (or an array) at ``index``, read alone
     where the set can (``ImageFolder.read``: from its resize cache on disk), so a set larger
-    than memory is never loaded whole."""
+    than memory is never loaded whole; a memory map's rows are read ahead
+    (:func:`~jaxflowers.data.mapped.take_rows`)."""
     if isinstance(data, np.ndarray):
-        return np.asarray(data[index])
+        return take_rows(data, index)
     reader = getattr(data, "read", None)
-    return np.asarray(reader(index) if reader is not None else data.images[index])
+    return np.asarray(reader(index)) if reader is not None else take_rows(data.images, index)
 
 
 def channel_stats(data, chunk: int = 16, *,

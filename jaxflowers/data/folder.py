@@ -16,6 +16,7 @@ from jaxflowers.data import cache as cache_lib
 from jaxflowers.data import remote
 from jaxflowers.data import scan as scan_lib
 from jaxflowers.data.imageset import ImageSet, Labelled
+from jaxflowers.data.mapped import take_rows
 from jaxflowers.data.scan import FINGERPRINTS, IMAGE_EXTENSIONS
 
 __all__ = ["FINGERPRINTS", "IMAGE_EXTENSIONS", "ImageFolder"]
@@ -147,8 +148,8 @@ class ImageFolder(Labelled):
         positions = np.asarray(positions, np.int64)
         with self._images_lock:
             if self._images is not None:
-                return self._images[positions]
-        return self._source.cache().images[self._index[positions]]
+                return take_rows(self._images, positions)
+        return take_rows(self._source.cache().images, self._index[positions])
 
     def subset(self, indices: Sequence[int] | np.ndarray) -> "ImageFolder":
         """The images at ``indices`` (ints in ``[0, len)``); MATLAB ``subset``. Shares the cache."""

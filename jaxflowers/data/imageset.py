@@ -10,6 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxflowers.data.mapped import take_rows
+
 __all__ = ["ImageSet", "Labelled", "count_each_label", "split_each_label"]
 
 
@@ -88,7 +90,7 @@ class ImageSet(Labelled):
     def subset(self, indices: Sequence[int] | np.ndarray) -> "ImageSet":
         """A new set holding the images at ``indices`` (in that order)."""
         indices = np.asarray(indices, dtype=np.int64)
-        return ImageSet(np.asarray(self.images[indices]), self.labels[indices], self.class_names)
+        return ImageSet(take_rows(self.images, indices), self.labels[indices], self.class_names)
 
 
 def count_each_label(labels: np.ndarray, class_names: Sequence[str]) -> dict[str, int]:
