@@ -1,12 +1,15 @@
 """Streamed training from a memory-mapped set larger than the memory the process may use.
 
     sudo python benchmarks/stream_beyond_memory.py DIR [--images 100000] [--memory-gb 8] \
-        [--resident-images 10000] [--epochs 1] [--size 224] [--model resnet50] [--out FILE]
+        [--resident-images 10000] [--epochs 1] [--size 224] [--model resnet50] \
+        [--read-batches 200] [--out FILE]
 
 Writes ``DIR/images.npy`` (random pixels, ``--size`` square; the Flowers recipe, 102 classes,
 ResNet-50 or ``--model cifar_net:DEPTH`` for a quick run on a CPU),
-then trains in a child process placed in a cgroup-v2 group whose ``memory.max`` is
-``--memory-gb``: first resident on the first ``--resident-images`` (the rate to compare
+then, in a child process placed in a cgroup-v2 group whose ``memory.max`` is
+``--memory-gb``, times the stream's reader alone on random batches (with the rows' pages
+advised ahead, as training reads them, and by plain indexing of the memory map), then trains:
+first resident on the first ``--resident-images`` (the rate to compare
 with), then streamed from the memory map over the whole set. A set bigger than the group's
 memory cannot stay in the page cache, so each epoch reads it from disk. Prints each run's
 ``info.images_per_second``, the share of the resident rate, the bytes the child read from
@@ -26,7 +29,7 @@ import json, os, sys, time
 import numpy as np
 import jaxflowers as jf
 path, model_name = sys.argv[1], sys.argv[4]
-resident_count, epochs = int(sys.argv[2]), int(sys.argv[3])
+resident_count, epochs, read_batches = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
 images = np.load(path, mmap_mode="r")
 rng = np.random.default_rng(0)
 labels = rng.integers(0, 102, len(images))
@@ -37,6 +40,39 @@ model = (jf.models.resnet50(num_classes=102) if model_name == "resnet50" else
 def read_bytes():
     with open("/proc/self/io") as f:
         return int(next(line for line in f if line.startswith("read_bytes")).split()[1])
+
+def drop_pages():  # the set out of the page cache again, so the next reader starts cold
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+
+# The stream's reader alone (grain's threads), on random batches of the whole set: with the
+# rows' pages advised ahead (what training uses), and by plain indexing of the memory map.
+from jaxflowers.data.feed import epoch_order
+from jaxflowers.data.stream import host_batches
+
+class PlainIndexing:
+    def __init__(self, images):
+        self.images, self.labels = images, labels
+    def __len__(self):
+        return len(self.images)
+    def read(self, index):
+        return self.images[index]
+
+order = epoch_order(len(images), 128, 1, "every-epoch", 1)[:read_batches]
+for name, kind in (("read-advised", jf.data.ImageSet), ("read-plain", PlainIndexing)):
+    drop_pages()
+    mapped = np.load(path, mmap_mode="r")  # its own map: unmapped after, so its pages can go
+    source = kind(mapped, labels, names) if kind is jf.data.ImageSet else kind(mapped)
+    before, start = read_bytes(), time.perf_counter()
+    for _ in host_batches(source, order):
+        pass
+    seconds = time.perf_counter() - start
+    del source, mapped
+    print(json.dumps({"placement": name, "images": order.size, "wall_s": seconds,
+                      "images_per_s": order.size / seconds,
+                      "disk_read_gb": (read_bytes() - before) / 1e9}), flush=True)
+drop_pages()
 
 runs = [("resident", jf.data.ImageSet(np.array(images[:resident_count]),
                                       labels[:resident_count], names)),
@@ -139,6 +175,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--size", type=int, default=224, help="pixels per side")
     parser.add_argument("--model", default="resnet50", help="resnet50 or cifar_net:DEPTH")
+    parser.add_argument("--read-batches", type=int, default=200,
+                        help="random batches of 128 read by the stream's reader alone, with "
+                             "and without the read-ahead (0: skip)")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args()
     try:
@@ -155,7 +194,7 @@ def main() -> None:
     # Join the group first, then exec the child: all it maps and caches counts against it.
     command = ["sh", "-c", f'echo $$ > {group.folder}/cgroup.procs && exec "$0" "$@"',
                sys.executable, "-c", CHILD, path, str(args.resident_images), str(args.epochs),
-               args.model]
+               args.model, str(args.read_batches)]
     # Each row printed as it comes, so that a run cut short still shows what it measured.
     rows, errors = [], tempfile.TemporaryFile("w+")
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True) as child:
@@ -174,9 +213,9 @@ def main() -> None:
     resident = next((r["images_per_s"] for r in rows if r["placement"] == "resident"), None)
     for row in rows:
         share = f", {100 * row['images_per_s'] / resident:.1f} % of resident" if resident else ""
+        setup = f"; set-up {row['setup_s']:.1f} s" if "setup_s" in row else ""
         print(f"{row['placement']:14s} {row['images']:7d} images: {row['images_per_s']:7.0f} "
-              f"images/s{share}; set-up {row['setup_s']:.1f} s, read from disk "
-              f"{row['disk_read_gb']:.1f} GB", flush=True)
+              f"images/s{share}{setup}, read from disk {row['disk_read_gb']:.1f} GB", flush=True)
     print(f"the group (limit {args.memory_gb:g} GiB): {memory}", flush=True)
     if args.out:
         with open(args.out, "w") as f:
