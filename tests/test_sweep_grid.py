@@ -5,6 +5,7 @@ import time
 import matplotlib.image
 import numpy as np
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from jaxflowers import plots
 from jaxflowers import plots as live
@@ -48,7 +49,7 @@ def test_sweep_plot_many_messages_stay_cheap(jupyter, tmp_path):
     assert len(handle.updates) == 1  # a job's end is shown at once
     assert titles(plot) == ["depth 1: done", "depth 2: running"]
     train, val = plot.figure.axes[2].lines  # job 1's accuracy, above its loss
-    assert len(train.get_xdata()) == 4000 and train.get_ydata()[-1] == 100.0
+    assert train.get_xdata()[[0, -1]].tolist() == [1, 4000] and train.get_ydata()[-1] == 100.0
     np.testing.assert_array_equal(val.get_xdata(), [1000, 2000, 3000, 4000])
     np.testing.assert_array_equal(val.get_ydata(), [51.0] * 4)
     with pytest.warns(UserWarning, match="ignoring job 7"):
@@ -87,6 +88,62 @@ def test_loss_beside_accuracy_epochs_shaded_and_headroom_at_100_percent():
     shaded = [p for p in acc.patches if p.get_gid() == "epoch"]
     assert [p.get_x() for p in shaded] == [4.5]  # epoch 2 of 3
     assert all(float(t).is_integer() for t in loss.get_xticks())
+
+
+def test_a_long_noisy_line_is_drawn_by_its_envelope_first_last_and_extremes_kept():
+    """Past four points per run of the drawing's resolution, each run keeps its first, lowest,
+    highest and last point, in order; a short line is drawn whole."""
+    plot = live.SweepProgressPlot(1)
+    rng = np.random.default_rng(0)
+    accuracy = rng.uniform(0, 100, 9360)
+    accuracy[[17, 5000]] = [100.0, np.nan]  # the top of the line, and a gap
+    for i, value in enumerate(accuracy, 1):
+        plot.update(0, message(i, value, loss=float(i)))
+    plot.save(io.BytesIO())
+    train = plot.figure.axes[0].lines[0]  # no validation: the training line alone
+    x, y = train.get_xdata(), train.get_ydata()
+    assert len(x) < len(accuracy) / 2 and np.all(np.diff(x) > 0)
+    assert x[0] == 1 and x[-1] == 9360 and np.nanmax(y) == 100.0
+    assert np.nanmin(y) == np.nanmin(accuracy)
+    np.testing.assert_array_equal(y, accuracy[x.astype(int) - 1])  # points of the line itself
+    short = live.SweepProgressPlot(1)
+    for i in range(1, 101):
+        short.update(0, message(i, float(i % 7)))
+    short.save(io.BytesIO())
+    assert len(short.figure.axes[0].lines[0].get_xdata()) == 100
+
+
+def test_the_grid_keeps_its_titles_axes_and_legend_apart(tmp_path):
+    """Laid out by fixed margins: the titles, each axis's tick labels and label, and the
+    legend lie inside the figure and apart, for a grid of 4 and a single cell."""
+    for jobs in (4, 1):
+        plot = live.SweepProgressPlot(jobs, titles=[f"depth {d}" for d in range(1, jobs + 1)])
+        for job in range(jobs):
+            for i in range(1, 40):
+                plot.update(job, message(i, 50.0 + job, loss=2.5 / i,
+                                         validation_accuracy=40.0 if i % 10 == 0 else None))
+        plot.save(tmp_path / "grid.png")
+        figure = plot.figure
+        renderer = FigureCanvasAgg(figure).get_renderer()
+        figure.draw(renderer)
+        boxes = {"title": figure._suptitle.get_window_extent(renderer),
+                 "legend": figure.legends[0].get_window_extent(renderer)}
+        for k, cell in enumerate(figure.subfigs):
+            boxes[f"cell {k} title"] = cell._suptitle.get_window_extent(renderer)
+        for k, ax in enumerate(figure.axes):
+            for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+                box = axis.get_tightbbox(renderer)
+                if box is not None and box.width and box.height:
+                    boxes[f"axes {k} {name}"] = box
+        assert len(boxes) == 2 + jobs + 3 * jobs  # the upper axes' x axis has no labels
+        names = list(boxes)
+        for i, name in enumerate(names):
+            box = boxes[name]
+            assert figure.bbox.x0 <= box.x0 and box.x1 <= figure.bbox.x1 + 0.5, name
+            assert figure.bbox.y0 <= box.y0 and box.y1 <= figure.bbox.y1 + 0.5, name
+            for other in names[i + 1:]:
+                same_axes = name.split()[:2] == other.split()[:2] and name.startswith("axes")
+                assert same_axes or not box.overlaps(boxes[other]), f"{name} overlaps {other}"
 
 
 def test_without_a_display_the_file_follows_validations_and_job_ends(tmp_path):

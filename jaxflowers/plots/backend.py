@@ -63,18 +63,18 @@ class LiveFigure:
 
     background = False
 
-    def __init__(self, *, figsize, min_interval: float, path=None):
+    def __init__(self, *, figsize, min_interval: float, path=None, layout="constrained"):
         self._lock = threading.RLock()  # updates may come from a pool's reader thread
         self.min_interval, self._jupyter = float(min_interval), in_jupyter()
         self.path = None if path is None else pathlib.Path(os.fspath(path))
         self.window = has_window()
         if self.window:
-            self.figure = pyplot().figure(figsize=figsize, layout="constrained")
+            self.figure = pyplot().figure(figsize=figsize, layout=layout)
             _WINDOWS.add(self)
         else:
             from matplotlib.figure import Figure  # outside pyplot: nothing left open
 
-            self.figure = Figure(figsize=figsize, layout="constrained")
+            self.figure = Figure(figsize=figsize, layout=layout)
         self._handle, self._last, self._cost = None, -math.inf, 0.0
         # updates taken, the update the figure was last drawn from, the one ``path`` shows
         self._version, self._drawn_version, self._file_version = 0, -1, -1

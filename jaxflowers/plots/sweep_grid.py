@@ -27,6 +27,15 @@ class _JobTrace:
     state: str = "queued"
 
 
+# Inches: a job's cell (width, height); its axes' margins in it (left: tick labels and the
+# y label; top: the job's title; bottom: tick labels and the x label); the figure's title
+# above the cells and its legend below them.
+_CELL, _MARGINS = (4.8, 4.2), (0.72, 0.18, 0.42, 0.55)
+_TOP, _BOTTOM = 0.35, 0.3
+# Runs a long training line is drawn in, four points each at most: about one per pixel of a
+# cell's axes (3.9 in) in the file (100 dpi).
+_BUCKETS = 400
+
 _STATE_COLORS = {"done": "tab:green", "failed": "tab:red", "cancelled": "tab:gray",
                  "pruned": "tab:orange"}
 
@@ -58,8 +67,10 @@ class SweepProgressPlot(LiveFigure):
         self.jobs = [_JobTrace() for _ in range(self.num_jobs)]
         self._warned = False
         rows = math.ceil(self.num_jobs / self.ncols)
-        super().__init__(figsize=(4.8 * self.ncols, 4.2 * rows + 0.6),
-                         min_interval=min_interval, path=path)
+        # Laid out by fixed margins, not a layout engine: the grid is redrawn at every
+        # validation and job end, and constrained layout took a third of each redraw.
+        super().__init__(figsize=(_CELL[0] * self.ncols, _CELL[1] * rows + _TOP + _BOTTOM),
+                         min_interval=min_interval, path=path, layout=None)
 
     def update(self, job_index: int, message: Mapping) -> None:
         """Record one progress message (``state``: start, iteration, validation, done, failed,
@@ -116,23 +127,50 @@ class SweepProgressPlot(LiveFigure):
         from matplotlib.lines import Line2D
 
         rows = math.ceil(self.num_jobs / self.ncols)
-        cells = np.asarray(fig.subfigures(rows, self.ncols, squeeze=False)).ravel()
-        for cell, title, job in zip(cells, self.titles, self.jobs):
-            _draw_job(cell, title, job)
-        fig.suptitle(self.title, fontsize="medium")
+        height = fig.get_figheight()
+        # bands for the title and the legend above and below the cells (subfigures take a
+        # grid's ratios, not its margins)
+        grid = fig.add_gridspec(rows + 2, self.ncols, wspace=0, hspace=0,
+                                height_ratios=[_TOP, *[_CELL[1]] * rows, _BOTTOM])
+        for k, (title, job) in enumerate(zip(self.titles, self.jobs)):
+            _draw_job(fig.add_subfigure(grid[1 + k // self.ncols, k % self.ncols]), title, job)
+        fig.suptitle(self.title, fontsize="medium", y=1 - 0.1 / height, va="top")
         handles = [Line2D([], [], lw=1.2, color=BLUE, label="Training accuracy"),
                    Line2D([], [], lw=1.2, color=RED, label="Training loss"),
                    Line2D([], [], ls="--", marker="o", ms=3, lw=1, color="black",
                           label="Validation")]
-        fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize="small",
-                   frameon=False)
+        fig.legend(handles=handles, loc="lower center", ncols=3, fontsize="small",
+                   frameon=False, bbox_to_anchor=(0.5, 0))
+
+
+def _envelope(x, y, buckets: int = _BUCKETS) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)`` with at most the first, lowest, highest and last point of each of ``buckets``
+    runs of equal length, in order: the same picture of a long noisy line at a fraction of
+    its points (drawing them was most of a redraw)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if x.size <= 4 * buckets:
+        return x, y
+    edges = np.linspace(0, x.size, buckets + 1).astype(np.int64)
+    keep = [edges[:-1], edges[1:] - 1]
+    for pick in (np.fmin, np.fmax):
+        values = pick.reduceat(y, edges[:-1])
+        # the first position of each run holding its extreme (NaN runs keep their first)
+        hit = np.flatnonzero(y == np.repeat(values, np.diff(edges)))
+        first = np.searchsorted(hit, edges[:-1])
+        found = (first < hit.size) & (hit[np.minimum(first, hit.size - 1)] < edges[1:])
+        keep.append(np.where(found, hit[np.minimum(first, hit.size - 1)], edges[:-1]))
+    index = np.unique(np.concatenate(keep))
+    return x[index], y[index]
 
 
 def _draw_job(cell, title: str, job: _JobTrace) -> None:
     """One job's accuracy (top) and loss (bottom), epochs shaded, its state in the title."""
-    acc, loss = cell.subplots(2, 1, sharex=True)
-    acc.plot(job.iteration, job.accuracy, lw=1, color=BLUE)
-    loss.plot(job.iteration, job.loss, lw=1, color=RED)
+    (left, right, top, bottom), (width, height) = _MARGINS, _CELL
+    acc, loss = cell.subplots(2, 1, sharex=True, gridspec_kw=dict(
+        left=left / width, right=1 - right / width, top=1 - top / height,
+        bottom=bottom / height, hspace=0.1))
+    acc.plot(*_envelope(job.iteration, job.accuracy), lw=1, color=BLUE)
+    loss.plot(*_envelope(job.iteration, job.loss), lw=1, color=RED)
     for ax, values in ((acc, job.validation_accuracy), (loss, job.validation_loss)):
         if job.validation_iteration:
             ax.plot(job.validation_iteration, values, "--o", ms=3, lw=1, color="black")
