@@ -1,12 +1,14 @@
 """Seconds to draw and save the examples' confusion charts (the last thing a sweep or the
-Flowers example does before it returns), per package tree, trees alternating.
+Flowers example does before it returns) and the sweep's live grid, per package tree, trees
+alternating.
 
     python benchmarks/figure_time.py [--tree NAME=DIR ...] [--rounds 5] [--repeats 5]
 
 Each round runs every tree in a fresh process (``PYTHONPATH`` first), which draws each chart
 ``--repeats`` times after one untimed draw (fonts and caches warm, as at a run's end) and
 prints the median seconds of building and of ``savefig`` (100 dpi). Charts: the sweep's (10
-classes, 5,000 test images) and the Flowers example's (5 classes, 367).
+classes, 5,000 test images) and the Flowers example's (5 classes, 367); "grid": the sweep's
+progress grid of 4 jobs x 9,360 iterations drawn and saved whole (``save``: as at a job's end).
 """
 import argparse
 import json
@@ -45,6 +47,25 @@ for name, (classes, count, right) in charts.items():
             build.append(built - start)
             save.append(saved - built)
     row[name] = {"build_s": statistics.median(build), "save_s": statistics.median(save)}
+
+# The sweep's live grid as a job's end redraws it: 4 jobs of 30 epochs of 312 iterations.
+from jaxflowers.plots import SweepProgressPlot
+grid = SweepProgressPlot(4, titles=[f"Depth {d}" for d in range(1, 5)])
+for job in range(4):
+    for i in range(1, 9361):
+        grid.update(job, {"state": "iteration", "iteration": i, "epoch": (i - 1) // 312 + 1,
+                          "accuracy": 60 + 20 * rng.random(), "loss": 0.5 + rng.random(),
+                          **({"validation_accuracy": 70.0, "validation_loss": 0.9}
+                             if i % 312 == 0 else {})})
+times = []
+for r in range(repeats + 1):
+    grid.update(r % 4, {"state": "iteration", "iteration": 9361, "epoch": 30, "accuracy": 70.0,
+                        "loss": 0.9})  # new data: the next save draws the figure again
+    start = time.perf_counter()
+    grid.save(f"{out}-grid.png", dpi=100)
+    if r:
+        times.append(time.perf_counter() - start)
+row["grid"] = {"build_s": 0.0, "save_s": statistics.median(times)}
 print(json.dumps(row))
 """
 
@@ -75,7 +96,7 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     print(f"{'tree':10s} {'chart':8s} {'build s (median of rounds)':>28s} {'save s':>8s}")
     for name, _ in trees:
-        for chart in ("sweep", "flowers"):
+        for chart in ("sweep", "flowers", "grid"):
             mine = [r[chart] for r in rows if r["tree"] == name]
             print(f"{name:10s} {chart:8s} {statistics.median(m['build_s'] for m in mine):28.3f} "
                   f"{statistics.median(m['save_s'] for m in mine):8.3f}")
