@@ -96,7 +96,7 @@ def test_resident_channel_stats_equal_the_host_ones(strategy):
     normalisation equals the host's float64 statistics."""
     import flax.linen as nn
 
-    from jaxflowers.data.feed import channel_stats
+    from jaxflowers.data.moments import channel_stats
 
     class Flat(nn.Module):
         @nn.compact

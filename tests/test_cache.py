@@ -56,7 +56,8 @@ def test_second_run_decodes_nothing_and_the_source_is_untouched(tmp_path, count_
     assert isinstance(second.images, np.memmap) and second.images.filename == first.cache_path
     assert _snapshot(root) == before, "the source folder must never be modified"
     assert sorted(os.listdir(tmp_path / "c")) == [
-        os.path.basename(first.cache_path)[:-4] + ext for ext in (".json", ".lock", ".npy")]
+        os.path.basename(first.cache_path)[:-4] + ext
+        for ext in (".json", ".lock", ".moments.npy", ".npy")]
 
 
 def test_a_changed_file_or_size_gives_a_new_cache(tmp_path, count_decodes):
@@ -92,7 +93,8 @@ def test_a_picture_replaced_keeping_its_size_and_mtime_is_noticed(tmp_path, coun
     new = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
     assert new.images[1, 0, 0].tolist() == [7, 20, 50] and len(count_decodes) == 12
     kept = sorted(f for f in os.listdir(tmp_path / "c") if not f.endswith(".lock"))
-    assert kept == [os.path.basename(new.cache_path)[:-4] + ext for ext in (".json", ".npy")]
+    assert kept == [os.path.basename(new.cache_path)[:-4] + ext
+                    for ext in (".json", ".moments.npy", ".npy")]  # the old one's moments too
     other_size = ImageFolder(root, image_size=(6, 5), cache_dir=tmp_path / "c")
     assert os.path.exists(new.cache_path) and os.path.exists(other_size.cache_path)
 
@@ -225,7 +227,8 @@ def test_two_processes_building_at_once_leave_one_valid_cache(tmp_path):
     assert sum(decodes) == 12, f"exactly one process decodes, the other waits and reuses: {decodes}"
     assert sums[0] == sums[1]
     files = sorted(os.listdir(tmp_path / "c"))
-    assert sorted(os.path.splitext(f)[1] for f in files) == [".json", ".lock", ".npy"], files
+    assert sorted(os.path.splitext(f)[1] for f in files) == [".json", ".lock", ".npy",
+                                                            ".npy"], files  # the moments
     ds = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
     assert int(ds.images.astype("int64").sum()) == sums[0]
 
@@ -418,3 +421,68 @@ def test_in_a_log_a_resize_is_one_line_not_a_bar(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "\r" not in err
     assert re.fullmatch(r"Resizing 6 images to 8x8[^:\n]*: done in [\d.]+ s\n", err), err
+
+
+def _noisy_folder(root, per_class=6):
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 256, (9, 11, 3), dtype=np.uint8)).save(
+                root / name / f"{i}.png")
+    return root
+
+
+def test_a_cache_stores_each_images_moments_and_statistics_are_summed_from_them(tmp_path,
+                                                                                monkeypatch):
+    """Built with the images: each row's per-channel sum and sum of squares. A folder's (and
+    a subset's) channel statistics then read no image, and equal those of the images."""
+    from jaxflowers.data import moments as moments_lib
+
+    folder = ImageFolder(_noisy_folder(tmp_path / "r"), image_size=(6, 7),
+                         cache_dir=tmp_path / "c")
+    pixels = folder.images.reshape(len(folder), -1, 3).astype(np.int64)
+    np.testing.assert_array_equal(folder.row_moments(),
+                                  np.stack([pixels.sum(1), (pixels**2).sum(1)], 1))
+    train, _ = folder.split_each_label(0.5, seed=3)
+    expected = [moments_lib.channel_stats(part.load()) for part in (folder, train)]
+    reopened = ImageFolder(tmp_path / "r", image_size=(6, 7), cache_dir=tmp_path / "c")
+    monkeypatch.setattr(moments_lib, "read_rows", lambda *a: 1 / 0)  # no image is read
+    for got, want in zip([moments_lib.channel_stats(f) for f in
+                          (reopened, reopened.split_each_label(0.5, seed=3)[0])], expected):
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("damage", ["delete", "flip a byte", "an old sidecar"])
+def test_missing_or_damaged_moments_are_not_used_and_the_images_stay(tmp_path, count_decodes,
+                                                                     damage):
+    """The moments are checked against the sidecar's digest: missing, damaged, or a cache
+    built without them (an older sidecar) gives None, the statistics read the images, and
+    the cache itself is not rebuilt."""
+    from jaxflowers.data.moments import channel_stats
+
+    root = _noisy_folder(tmp_path / "r")
+    folder = ImageFolder(root, image_size=(6, 7), cache_dir=tmp_path / "c")
+    expected = channel_stats(folder.load())
+    stem = folder.cache_path[:-4]
+    decodes = len(count_decodes)
+    if damage == "delete":
+        os.remove(stem + ".moments.npy")
+    elif damage == "flip a byte":
+        with open(stem + ".moments.npy", "r+b") as f:
+            f.seek(-3, os.SEEK_END)
+            byte = f.read(1)
+            f.seek(-3, os.SEEK_END)
+            f.write(bytes([byte[0] ^ 0x01]))
+    else:
+        with open(stem + ".json", encoding="utf-8") as f:
+            info = json.load(f)
+        del info["moments_xxh3"]
+        with open(stem + ".json", "w", encoding="utf-8") as f:
+            json.dump(info, f)
+    again = ImageFolder(root, image_size=(6, 7), cache_dir=tmp_path / "c")
+    assert again.row_moments() is None
+    for a, b in zip(channel_stats(again), expected):
+        np.testing.assert_array_equal(a, b)
+    assert len(count_decodes) == decodes and again.cache_path == folder.cache_path

@@ -3,6 +3,8 @@
 The key digests the file list with fingerprints, the size and the resize method. A build holds
 ``flock`` on ``<stem>.lock`` and lands by ``os.replace``; the sidecar ``<stem>.json`` holds an
 xxh3-128 digest checked on every open (a mismatch rebuilds). Memory stays flat (``os.pwrite``).
+Each row's channel sums are stored too (``<stem>.moments.npy``), so the statistics of a set
+streamed from the cache need no pass over its images.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import numpy as np
 from jaxflowers.data import decode
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
 from jaxflowers.data.mapped import take_rows
+from jaxflowers.data.moments import row_moments
 from jaxflowers.host.files import unwritable, write_json_atomic
 
 __all__ = ["FORMAT_VERSION", "ON_ERROR", "RESIZE_METHOD", "ResizeCache", "cache_key",
@@ -48,12 +51,17 @@ class ResizeCache:
       failed: ``{row: reason}`` of undecodable files (rows left zero; never hand them out).
       stamp: ``file_stamp`` of the file when its digest was checked ("" for a cache deleted
         once loaded): another process may ``reopen`` it unchecked while the stamp holds.
+      moments: int64 (N, 2, 3), each row's per-channel pixel sum and sum of squares, stored
+        beside the images when the cache was built (``<stem>.moments.npy``, its digest in the
+        sidecar); None where they are missing or do not match, and in a cache reopened
+        from a listing (its check is the file's stamp alone).
     """
 
     path: str
     images: np.ndarray
     failed: dict[int, str]
     stamp: str = ""
+    moments: np.ndarray | None = None
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """uint8 (len(rows), H, W, 3), read-only: a memmap slice if contiguous, else a copy."""
@@ -224,7 +232,27 @@ def _open_valid(stem: str, key: str, shape: tuple[int, ...]) -> tuple[ResizeCach
     if file_digest(npy) != info.get("xxh3"):
         return None, "the file's digest does not match its sidecar; the file changed on disk"
     failed = {int(k): v for k, v in info.get("failed", {}).items()}
-    return ResizeCache(npy, images, failed, stamp), ""
+    return ResizeCache(npy, images, failed, stamp, _load_moments(stem, info, shape[0])), ""
+
+
+def _load_moments(stem: str, info: dict, rows: int) -> np.ndarray | None:
+    """The rows' moments stored at ``stem.moments.npy`` if the sidecar ``info`` names their
+    digest and it matches (read into memory); else None, and the statistics are summed from
+    the images."""
+    path = stem + ".moments.npy"
+    expected = info.get("moments_xxh3")
+    if not expected or not os.path.exists(path):
+        return None
+    try:
+        if file_digest(path) != expected:
+            return None
+        moments = np.load(path)
+    except (OSError, ValueError):
+        return None
+    if moments.dtype != np.int64 or moments.shape[:2] != (rows, 2):
+        return None
+    moments.flags.writeable = False
+    return moments
 
 
 def _build(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
@@ -232,21 +260,52 @@ def _build(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
     """Decode ``files`` into ``stem.npy`` (+ sidecar) atomically; the caller holds the lock."""
     for stale in glob.glob(glob.escape(stem) + ".*.tmp-*"):  # left by a killed builder
         os.remove(stale)
-    tmp = f"{stem}.npy.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    token = f"tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp, tmp_moments = f"{stem}.npy.{token}", f"{stem}.moments.npy.{token}"
     try:
         offset = _allocate(tmp, shape)
         failed = _decode_into(tmp, offset, files, shape, how)
+        digest, moments = _digest_and_moments(tmp, offset, shape)
+        with open(tmp_moments, "wb") as f:
+            np.save(f, moments)
         info = {"format": FORMAT_VERSION, "key": key, "shape": list(shape), "dtype": "uint8",
-                "method": RESIZE_METHOD, "xxh3": file_digest(tmp), "files": len(files),
+                "method": RESIZE_METHOD, "xxh3": digest, "files": len(files),
+                "moments_xxh3": file_digest(tmp_moments),
                 "origin": how.origin, "failed": {str(k): v for k, v in sorted(failed.items())}}
+        os.replace(tmp_moments, stem + ".moments.npy")
         os.replace(tmp, stem + ".npy")
         write_json_atomic(stem + ".json", info)
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        for path in (tmp, tmp_moments):
+            if os.path.exists(path):
+                os.remove(path)
     _remove_older(stem, how.origin, shape)
     images = np.load(stem + ".npy", mmap_mode="r")
-    return ResizeCache(stem + ".npy", images, failed, file_stamp(os.stat(stem + ".npy")))
+    moments.flags.writeable = False
+    return ResizeCache(stem + ".npy", images, failed, file_stamp(os.stat(stem + ".npy")),
+                       moments)
+
+
+def _digest_and_moments(path: str, offset: int, shape: tuple[int, ...],
+                        chunk_bytes: int = 16 << 20) -> tuple[str, np.ndarray]:
+    """In one read of the built file: its xxh3-128 (as ``file_digest``) and every row's
+    moments (``moments.row_moments``)."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    row_bytes = math.prod(shape[1:])
+    per = max(1, chunk_bytes // max(1, row_bytes))
+    moments = np.empty((shape[0], 2, shape[-1]), np.int64)
+    with open(path, "rb") as file:
+        digest.update(file.read(offset))
+        for start in range(0, shape[0], per):
+            count = min(per, shape[0] - start)
+            block = file.read(count * row_bytes)
+            digest.update(block)
+            moments[start:start + count] = row_moments(
+                np.frombuffer(block, np.uint8).reshape(count, *shape[1:]))
+        digest.update(file.read())  # nothing, unless the file outgrew its shape
+    return digest.hexdigest(), moments
 
 
 def _remove_older(stem: str, origin: str | None, shape: tuple[int, ...]) -> None:
@@ -264,7 +323,7 @@ def _remove_older(stem: str, origin: str | None, shape: tuple[int, ...]) -> None
         except (OSError, ValueError):
             continue
         if info.get("origin") == origin and tuple(info.get("shape", ()))[1:] == shape[1:]:
-            for path in (other + ".npy", sidecar):
+            for path in (other + ".npy", other + ".moments.npy", sidecar):
                 with contextlib.suppress(OSError):
                     os.remove(path)
 

@@ -6,7 +6,6 @@ numbers. Feeds supply host arrays (``TrainProgram`` places them); every process 
 """
 from __future__ import annotations
 
-import concurrent.futures
 import os
 from typing import NamedTuple
 
@@ -14,9 +13,8 @@ import numpy as np
 
 from jaxflowers.data.mapped import take_rows
 
-__all__ = ["BUDGET_ENV", "Placement", "ResidentData", "channel_stats", "choose_placement",
-           "device_memory_budget", "epoch_order", "image_shape", "read_rows", "stats_from_moments",
-           "steps_per_epoch"]
+__all__ = ["BUDGET_ENV", "Placement", "ResidentData", "choose_placement",
+           "device_memory_budget", "epoch_order", "image_shape", "read_rows", "steps_per_epoch"]
 
 # "auto" keeps a set resident when it takes at most this share of a device's memory: the
 # rest is for parameters, optimizer state and activations.
@@ -114,46 +112,6 @@ def read_rows(data, index) -> np.ndarray:
         return take_rows(data, index)
     reader = getattr(data, "read", None)
     return np.asarray(reader(index)) if reader is not None else take_rows(data.images, index)
-
-
-def channel_stats(data, chunk: int = 16, *,
-                  num_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel mean and std (float32 (C,)) of a set's (or uint8 (N, H, W, C)) images.
-
-    Summed in exact integers, ``chunk`` images at a time (:func:`read_rows`) in
-    ``num_threads`` threads (default ``min(16, cpu_count)``; numpy's loops run without the
-    GIL), so the result equals the resident feed's sums on the devices."""
-    count = len(data)
-    shape = (count, *image_shape(data)) if not isinstance(data, np.ndarray) else data.shape
-    starts = range(0, count, chunk)
-    threads = num_threads or min(16, os.cpu_count() or 1)
-    with concurrent.futures.ThreadPoolExecutor(threads, "jaxflowers-stats") as pool:
-        parts = list(pool.map(
-            lambda s: _chunk_moments(read_rows(data, np.arange(s, min(s + chunk, count)))),
-            starts))
-    total = sum((p[0] for p in parts), np.zeros(shape[-1], np.int64))
-    squares = sum((p[1] for p in parts), np.zeros(shape[-1], np.int64))
-    return stats_from_moments(total, squares, int(np.prod(shape[:-1])))
-
-
-def _chunk_moments(block) -> tuple[np.ndarray, np.ndarray]:
-    """int64 (C,) sums of a uint8 (n, H, W, C) block's pixels and of their squares."""
-    block = np.asarray(block, np.uint8)
-    channels = block.shape[-1]
-    # Rows of W * C values: numpy sums long contiguous rows fast, (., C) columns slowly.
-    wide = block.reshape(-1, block.shape[-2] * channels).astype(np.uint32)
-    total = wide.sum(0, dtype=np.uint64)
-    np.multiply(wide, wide, out=wide)  # 255**2 fits uint32
-    squares = wide.sum(0, dtype=np.uint64)
-    return (total.reshape(-1, channels).sum(0).astype(np.int64),
-            squares.reshape(-1, channels).sum(0).astype(np.int64))
-
-
-def stats_from_moments(total, squares, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, std) float32 from per-channel sums and sums of squares; std at least 1."""
-    mean = np.asarray(total, np.float64) / count
-    std = np.sqrt(np.maximum(np.asarray(squares, np.float64) / count - mean**2, 0.0))
-    return mean.astype(np.float32), np.maximum(std, 1.0).astype(np.float32)
 
 
 class ResidentData:

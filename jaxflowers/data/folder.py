@@ -151,6 +151,13 @@ class ImageFolder(Labelled):
                 return take_rows(self._images, positions)
         return take_rows(self._source.cache().images, self._index[positions])
 
+    def row_moments(self) -> np.ndarray | None:
+        """int64 (N, 2, 3): each image's per-channel pixel sum and sum of squares, stored with
+        the resize cache when it was built (None for a cache without them), so that a streamed
+        set's channel statistics need no pass over its images."""
+        moments = self._source.cache().moments
+        return None if moments is None else moments[self._index]
+
     def subset(self, indices: Sequence[int] | np.ndarray) -> "ImageFolder":
         """The images at ``indices`` (ints in ``[0, len)``); MATLAB ``subset``. Shares the cache."""
         indices = np.asarray(indices)

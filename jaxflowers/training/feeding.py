@@ -5,7 +5,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from jaxflowers.data.feed import ResidentData, channel_stats, stats_from_moments
+from jaxflowers.data.feed import ResidentData
+from jaxflowers.data.moments import channel_stats, stats_from_moments
 from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
 
 __all__ = ["place", "runner"]
