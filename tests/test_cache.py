@@ -454,6 +454,20 @@ def test_a_cache_stores_each_images_moments_and_statistics_are_summed_from_them(
             np.testing.assert_array_equal(a, b)
 
 
+def test_stored_moments_leave_out_undecodable_files_as_the_images_do(tmp_path):
+    """With on_error="skip", an undecodable file's row is left out of the sums too."""
+    from jaxflowers.data.moments import channel_stats
+
+    root = _noisy_folder(tmp_path / "r")
+    (root / "a" / "broken.png").write_bytes(b"not a png")
+    with pytest.warns(UserWarning, match="broken.png"):
+        folder = ImageFolder(root, image_size=(6, 7), cache_dir=tmp_path / "c",
+                             on_error="skip")
+        assert len(folder) == 12 and folder.row_moments().shape == (12, 2, 3)
+    for a, b in zip(channel_stats(folder), channel_stats(folder.load().images)):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("damage", ["delete", "flip a byte", "an old sidecar"])
 def test_missing_or_damaged_moments_are_not_used_and_the_images_stay(tmp_path, count_decodes,
                                                                      damage):
