@@ -13,7 +13,7 @@ import numpy as np
 
 from jaxflowers.data.feed import image_shape, read_rows
 
-__all__ = ["block_moments", "channel_stats", "row_moments", "stats_from_moments"]
+__all__ = ["channel_stats", "row_moments", "stats_from_moments"]
 
 
 def channel_stats(data, chunk: int = 16, *,
@@ -35,24 +35,10 @@ def channel_stats(data, chunk: int = 16, *,
     threads = num_threads or min(16, os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(threads, "jaxflowers-stats") as pool:
         parts = list(pool.map(
-            lambda s: block_moments(read_rows(data, np.arange(s, min(s + chunk, count)))),
+            lambda s: row_moments(read_rows(data, np.arange(s, min(s + chunk, count)))).sum(0),
             range(0, count, chunk)))
-    total = sum((p[0] for p in parts), np.zeros(shape[-1], np.int64))
-    squares = sum((p[1] for p in parts), np.zeros(shape[-1], np.int64))
-    return stats_from_moments(total, squares, pixels)
-
-
-def block_moments(block) -> tuple[np.ndarray, np.ndarray]:
-    """int64 (C,) sums of a uint8 (n, H, W, C) block's pixels and of their squares."""
-    block = np.asarray(block, np.uint8)
-    channels = block.shape[-1]
-    # Rows of W * C values: numpy sums long contiguous rows fast, (., C) columns slowly.
-    wide = block.reshape(-1, block.shape[-2] * channels).astype(np.uint32)
-    total = wide.sum(0, dtype=np.uint64)
-    np.multiply(wide, wide, out=wide)  # 255**2 fits uint32
-    squares = wide.sum(0, dtype=np.uint64)
-    return (total.reshape(-1, channels).sum(0).astype(np.int64),
-            squares.reshape(-1, channels).sum(0).astype(np.int64))
+    total = sum(parts, np.zeros((2, shape[-1]), np.int64))
+    return stats_from_moments(total[0], total[1], pixels)
 
 
 def row_moments(block) -> np.ndarray:

@@ -10,7 +10,7 @@ import time
 from typing import Any, Mapping
 
 __all__ = ["ENV_FD", "ENV_LAUNCHED", "ENV_READY", "connect", "encode_message", "launched",
-           "mark", "marks", "ready", "report"]
+           "mark", "marks", "print_times", "ready", "report"]
 
 ENV_FD = "JAXFLOWERS_SWEEP_REPORT_FD"
 ENV_LAUNCHED = "JAXFLOWERS_SWEEP_LAUNCHED"  # time.time() when the worker got its job
@@ -81,6 +81,13 @@ def mark(name: str) -> None:
 def marks() -> dict[str, float]:
     """The ``mark`` times so far, in the order the names were first marked."""
     return dict(_channel.get("marks", {}))
+
+
+def print_times(what: str, times: Mapping[str, float]) -> None:
+    """One log line: ``what``, then each of ``times`` (seconds after the job reached its
+    worker), the form ``benchmarks/end_to_end.py`` reads."""
+    print(f"{what}, seconds after the job reached its worker: "
+          + ", ".join(f"{name} {seconds:.1f}" for name, seconds in times.items()), flush=True)
 
 
 def ready() -> float | None:

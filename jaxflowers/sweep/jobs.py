@@ -10,7 +10,7 @@ import time
 from typing import Any, Mapping
 
 from jaxflowers import recipes  # imports no JAX
-from jaxflowers.sweep.channel import launched, mark, ready, report
+from jaxflowers.sweep.channel import launched, mark, print_times, ready, report
 
 __all__ = ["job_options", "train_job"]
 
@@ -70,8 +70,7 @@ class _StartUp:
         self.marks[name] = time.time() - self.origin
 
     def print(self) -> None:
-        print("Start-up, seconds after the job reached its worker: "
-              + ", ".join(f"{name} {t:.1f}" for name, t in self.marks.items()), flush=True)
+        print_times("Start-up", self.marks)
 
 
 class _SendToPool:
@@ -84,11 +83,11 @@ class _SendToPool:
 
     def __call__(self, message: dict) -> bool:
         state = message.get("state")
-        if state == "iteration":  # the last one comes with the last step
-            mark("last step")
-        elif state == "done":  # after the population pass and the final validation
+        if state == "done":  # after the population pass and the final validation
             mark("network returned")
-        if not self.measured and state == "iteration":
+        elif state == "iteration":  # the last one comes with the last step
+            mark("last step")
+        if state == "iteration" and not self.measured:
             self.measured = True
             if self.start_up is not None:
                 self.start_up.mark("first step")

@@ -60,8 +60,7 @@ def run(folder: pathlib.Path) -> int:
         transfer.write_result(folder, fn(*args["args"], **args["kwargs"]))
         channel.mark("result written")
         if times := channel.marks():  # where the job's end went (start-up: sweep.jobs)
-            print("End, seconds after the job reached its worker: " + ", ".join(
-                f"{name} {seconds:.1f}" for name, seconds in times.items()), flush=True)
+            channel.print_times("End", times)
         return 0
     except Exception as error:  # noqa: BLE001 (every failure is reported to the caller)
         text = traceback.format_exc()
