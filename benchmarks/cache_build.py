@@ -130,7 +130,7 @@ def synthetic(count: int, size: int, repeats: int) -> dict:
                                         cache_dir=f"{tmp}/cache-{processes}-{repeat}",
                                         processes=processes)
                 seconds[processes].append(time.perf_counter() - start)
-    out = {"files": count, "image_size": size, "threads": cache_lib.default_workers(),
+    out = {"files": count, "image_size": size, "threads": decode.default_workers(),
            "processes": min(decode.default_processes(), count),
            "auto_uses_processes": decode.use_processes(count)}
     for processes, name in ((False, "threads"), (True, "processes")):

@@ -57,7 +57,7 @@ def test_second_run_decodes_nothing_and_the_source_is_untouched(tmp_path, count_
     assert _snapshot(root) == before, "the source folder must never be modified"
     assert sorted(os.listdir(tmp_path / "c")) == [
         os.path.basename(first.cache_path)[:-4] + ext
-        for ext in (".json", ".lock", ".moments.npy", ".npy")]
+        for ext in (".checked", ".digests.npy", ".json", ".lock", ".moments.npy", ".npy")]
 
 
 def test_a_changed_file_or_size_gives_a_new_cache(tmp_path, count_decodes):
@@ -94,7 +94,8 @@ def test_a_picture_replaced_keeping_its_size_and_mtime_is_noticed(tmp_path, coun
     assert new.images[1, 0, 0].tolist() == [7, 20, 50] and len(count_decodes) == 12
     kept = sorted(f for f in os.listdir(tmp_path / "c") if not f.endswith(".lock"))
     assert kept == [os.path.basename(new.cache_path)[:-4] + ext
-                    for ext in (".json", ".moments.npy", ".npy")]  # the old one's moments too
+                    for ext in (".checked", ".digests.npy", ".json", ".moments.npy",
+                                ".npy")]  # none of the old one's files
     other_size = ImageFolder(root, image_size=(6, 5), cache_dir=tmp_path / "c")
     assert os.path.exists(new.cache_path) and os.path.exists(other_size.cache_path)
 
@@ -120,16 +121,21 @@ def test_content_fingerprints_notice_a_change_the_metadata_hides(tmp_path, monke
         ImageFolder(root, fingerprint="mtime")
 
 
-@pytest.mark.parametrize("damage", ["flip a byte", "truncate", "garble the sidecar"])
+@pytest.mark.parametrize("damage", ["flip a byte", "flip a byte, times restored", "truncate",
+                                    "garble the sidecar"])
 def test_a_corrupted_cache_is_detected_and_rebuilt(tmp_path, count_decodes, damage):
     root = _folder(tmp_path / "r")
     path = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").cache_path
-    if damage == "flip a byte":
+    ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images  # a trusted reopen
+    if damage.startswith("flip a byte"):
+        st = os.stat(path)
         with open(path, "r+b") as f:
             f.seek(-40, os.SEEK_END)
             byte = f.read(1)
             f.seek(-40, os.SEEK_END)
             f.write(bytes([byte[0] ^ 0xFF]))
+        if damage.endswith("restored"):  # the size and times of the check: the ctime moves
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     elif damage == "truncate":
         os.truncate(path, os.path.getsize(path) - 100)
     else:
@@ -140,6 +146,105 @@ def test_a_corrupted_cache_is_detected_and_rebuilt(tmp_path, count_decodes, dama
         images = again.images
     assert len(count_decodes) == 12, "the damaged cache must be rebuilt, not used"
     assert images[:, 0, 0].tolist() == _expected() and (images == images[:, :1, :1]).all()
+
+
+@pytest.fixture
+def digests(monkeypatch):
+    """The ``.npy`` files whose whole digest the resize cache reads, in order."""
+    read = []
+    real = cache_lib.file_digest
+
+    def counting(path):
+        if not re.search(r"\.(moments|digests)\.npy", path):  # small, always read
+            read.append(path)
+        return real(path)
+
+    monkeypatch.setattr(cache_lib, "file_digest", counting)
+    return read
+
+
+def test_a_cache_unchanged_since_its_last_check_is_not_read_again(tmp_path, digests,
+                                                                  count_decodes):
+    """The build records its file's stamp with its digest, so a reopen reads nothing of a
+    cache of many gigabytes; a new stamp (a copy, a restore, a touch) is read in full once,
+    then trusted again; ``fingerprint="content"`` reads it at every open."""
+    root = _folder(tmp_path / "r")
+    path = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").cache_path
+    assert digests == []  # built: digested while written, not read back
+    again = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
+    assert again.images[:, 0, 0].tolist() == _expected() and digests == []
+    os.utime(path)  # the same bytes, a new stamp
+    assert ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images.shape[0] == 6
+    assert digests == [path]
+    ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images
+    assert digests == [path], "checked once for the new stamp, then trusted"
+    content = [ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c",
+                           fingerprint="content").cache_path for _ in range(3)]
+    assert digests == [path] + content[1:] and len(count_decodes) == 12  # its own cache
+
+
+def test_a_check_recorded_for_another_digest_or_file_is_not_trusted(tmp_path, digests):
+    """The record holds (digest, stamp): a record left by an older cache, damaged, or of
+    another file is ignored and the file is read in full."""
+    root = _folder(tmp_path / "r")
+    path = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").cache_path
+    record = path[:-4] + ".checked"
+    stamp = json.loads(pathlib.Path(record).read_text())["stamp"]
+    for text in ('{"xxh3": "0", "stamp": "%s"}' % stamp, "{not json", '["a", "b"]'):
+        pathlib.Path(record).write_text(text)
+        ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").images
+    assert digests == [path] * 3
+    assert json.loads(pathlib.Path(record).read_text())["stamp"] == stamp  # recorded again
+
+
+def _damage_keeping_the_record(path: str) -> None:
+    """Change the last byte of the cache at ``path`` and record its new stamp as checked: what
+    no stamp can show (a disk's silent damage)."""
+    record = path[:-4] + ".checked"
+    digest = json.loads(pathlib.Path(record).read_text())["xxh3"]
+    with open(path, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        f.write(b"\x07")
+    pathlib.Path(record).write_text(json.dumps(
+        {"xxh3": digest, "stamp": cache_lib.file_stamp(os.stat(path))}))
+
+
+@pytest.mark.parametrize("fingerprint", ["stat", "content"])
+def test_a_cache_changed_in_place_keeping_its_stamp_is_caught_only_by_content(
+        tmp_path, fingerprint):
+    """The default trusts a cache whose stamp was checked, as it trusts the images' own
+    stamps; ``fingerprint="content"`` reads the cache again and rebuilds it."""
+    root = _folder(tmp_path / "r")
+    opened = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c",
+                         fingerprint=fingerprint)
+    _damage_keeping_the_record(opened.cache_path)
+    again = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c",
+                        fingerprint=fingerprint)
+    if fingerprint == "stat":
+        assert again.images[-1, -1, -1].tolist() == [100, 40, 7]
+    else:
+        with pytest.warns(UserWarning, match="digest does not match .* rebuilding"):
+            assert again.images[-1, -1, -1].tolist() == [100, 40, 50]
+
+
+def test_a_read_only_cache_folder_is_checked_in_full_at_every_open(tmp_path, monkeypatch,
+                                                                   digests):
+    """Where the record cannot be written, nothing fails: each open reads the whole file."""
+    root = _folder(tmp_path / "r")
+    path = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c").cache_path
+    os.utime(path)
+    real = cache_lib.write_json_atomic
+
+    def read_only(target, record):
+        if str(target).endswith(".checked"):
+            raise PermissionError(13, "Permission denied", str(target))
+        return real(target, record)
+
+    monkeypatch.setattr(cache_lib, "write_json_atomic", read_only)
+    for _ in range(2):
+        again = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
+        assert again.images[:, 0, 0].tolist() == _expected()
+    assert digests == [path, path]
 
 
 def test_cache_dir_from_argument_env_var_or_home(tmp_path, monkeypatch):
@@ -227,8 +332,8 @@ def test_two_processes_building_at_once_leave_one_valid_cache(tmp_path):
     assert sum(decodes) == 12, f"exactly one process decodes, the other waits and reuses: {decodes}"
     assert sums[0] == sums[1]
     files = sorted(os.listdir(tmp_path / "c"))
-    assert sorted(os.path.splitext(f)[1] for f in files) == [".json", ".lock", ".npy",
-                                                            ".npy"], files  # the moments
+    assert sorted(os.path.splitext(f)[1] for f in files) == [
+        ".checked", ".json", ".lock", ".npy", ".npy", ".npy"], files  # moments, digests
     ds = ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "c")
     assert int(ds.images.astype("int64").sum()) == sums[0]
 
@@ -468,23 +573,58 @@ def test_stored_moments_leave_out_undecodable_files_as_the_images_do(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_cache_stores_each_images_digest_and_a_sets_digest_is_made_from_them(
+        tmp_path, monkeypatch):
+    """Built with the images: each row's xxh3-64. A folder's (and a subset's) digest then
+    reads no image and equals that of the same images and labels held in memory; a pixel, a
+    label or the order changes it."""
+    import xxhash
+
+    from jaxflowers.data import digests as digests_lib
+
+    folder = ImageFolder(_noisy_folder(tmp_path / "r"), image_size=(6, 7),
+                         cache_dir=tmp_path / "c")
+    assert folder.row_digests().tolist() == [xxhash.xxh3_64_intdigest(np.ascontiguousarray(i))
+                                             for i in folder.images]
+    train, _ = folder.split_each_label(0.5, seed=3)
+    in_memory = [part.load() for part in (folder, train)]
+    expected = [digests_lib.set_digest(part) for part in in_memory]
+    reopened = ImageFolder(tmp_path / "r", image_size=(6, 7), cache_dir=tmp_path / "c")
+    monkeypatch.setattr(digests_lib, "read_rows", lambda *a: 1 / 0)  # no image is read
+    assert [digests_lib.set_digest(f) for f in
+            (reopened, reopened.split_each_label(0.5, seed=3)[0])] == expected
+    monkeypatch.undo()
+    images, labels = np.array(in_memory[0].images), np.array(in_memory[0].labels)
+    images[5, 2, 3, 1] ^= 1
+    relabelled = labels.copy()
+    relabelled[0] = 1 - relabelled[0]
+    others = [jf.data.ImageSet(*pair, folder.class_names) for pair in (
+        (images, labels), (in_memory[0].images, relabelled),
+        (in_memory[0].images[::-1], labels[::-1]))]
+    assert len({expected[0], *map(digests_lib.set_digest, others)}) == 4
+
+
+@pytest.mark.parametrize("kind", ["moments", "digests"])
 @pytest.mark.parametrize("damage", ["delete", "flip a byte", "an old sidecar"])
-def test_missing_or_damaged_moments_are_not_used_and_the_images_stay(tmp_path, count_decodes,
-                                                                     damage):
-    """The moments are checked against the sidecar's digest: missing, damaged, or a cache
-    built without them (an older sidecar) gives None, the statistics read the images, and
-    the cache itself is not rebuilt."""
+def test_missing_or_damaged_rows_files_are_not_used_and_the_images_stay(tmp_path, count_decodes,
+                                                                        damage, kind):
+    """What a cache stores of each row is checked against the sidecar's digest: missing,
+    damaged, or a cache built without it (an older sidecar) gives None, the statistics or the
+    set's digest read the images (the same result), and the cache itself is not rebuilt."""
+    from jaxflowers.data.digests import set_digest
     from jaxflowers.data.moments import channel_stats
 
+    derive, stored = {"moments": (channel_stats, "row_moments"),
+                      "digests": (lambda d: [set_digest(d)], "row_digests")}[kind]
     root = _noisy_folder(tmp_path / "r")
     folder = ImageFolder(root, image_size=(6, 7), cache_dir=tmp_path / "c")
-    expected = channel_stats(folder.load())
+    expected = derive(folder.load())
     stem = folder.cache_path[:-4]
     decodes = len(count_decodes)
     if damage == "delete":
-        os.remove(stem + ".moments.npy")
+        os.remove(f"{stem}.{kind}.npy")
     elif damage == "flip a byte":
-        with open(stem + ".moments.npy", "r+b") as f:
+        with open(f"{stem}.{kind}.npy", "r+b") as f:
             f.seek(-3, os.SEEK_END)
             byte = f.read(1)
             f.seek(-3, os.SEEK_END)
@@ -492,11 +632,11 @@ def test_missing_or_damaged_moments_are_not_used_and_the_images_stay(tmp_path, c
     else:
         with open(stem + ".json", encoding="utf-8") as f:
             info = json.load(f)
-        del info["moments_xxh3"]
+        del info[f"{kind}_xxh3"]
         with open(stem + ".json", "w", encoding="utf-8") as f:
             json.dump(info, f)
     again = ImageFolder(root, image_size=(6, 7), cache_dir=tmp_path / "c")
-    assert again.row_moments() is None
-    for a, b in zip(channel_stats(again), expected):
+    assert getattr(again, stored)() is None
+    for a, b in zip(derive(again), expected):
         np.testing.assert_array_equal(a, b)
     assert len(count_decodes) == decodes and again.cache_path == folder.cache_path

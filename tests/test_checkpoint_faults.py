@@ -198,6 +198,36 @@ def test_images_changed_since_the_checkpoint_are_noticed_on_resume(tmp_path):
         jf.train(changed, _model(), _options(max_epochs=2), resume=tmp_path)
 
 
+def test_a_checkpoint_holding_the_digest_of_the_images_bytes_still_resumes(tmp_path):
+    """Checkpoints whose data digest is the xxh3 of the images' bytes (no ``rows-xxh3:``
+    prefix) are checked by that digest: the same images resume, changed ones are refused."""
+    import json
+
+    from jaxflowers.data import digests
+
+    train, _ = _data()
+    jf.train(train, _model(), _options(tmp_path, max_epochs=1))
+    (step,) = _steps(tmp_path)
+    path = tmp_path / f"iteration_{step}" / "record" / "metadata"
+    record = json.loads(path.read_text())
+    assert record["data"]["digest"] == digests.set_digest(train)
+    assert record["data"]["digest"].startswith(digests.PREFIX)
+    record["data"]["digest"] = digests.bytes_digest(train)
+    path.write_text(json.dumps(record))
+    images = np.array(train.images)
+    images[7, 3, 3, 0] ^= 1
+    changed = jf.data.ImageSet(images, train.labels, train.class_names)
+    with pytest.raises(ValueError, match="trained on other images"):
+        jf.train(changed, _model(), _options(max_epochs=2), resume=tmp_path)
+    seen = []
+    _, info = jf.train(train, _model(), _options(
+        max_epochs=2, output_fn=lambda m: seen.append(m.get("iteration")) and False),
+        resume=tmp_path)
+    assert min(i for i in seen if i) == step + 1, "continued from the checkpoint"
+    reference = jf.train(train, _model(), _options(max_epochs=2))[1]
+    np.testing.assert_array_equal(info.loss, reference.loss)
+
+
 def test_auc_of_a_diverging_run_is_a_divergence_not_an_error():
     train, val = _data()
     opts = _options(solver="sgdm", initial_learn_rate=1e6, metrics=("auc",),

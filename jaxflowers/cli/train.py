@@ -55,9 +55,10 @@ def add_parser(commands, common) -> None:
                        help="pixels every image is resized to (default: the network's: 32 for "
                             "cifar_net, 224 for the ResNets)")
     train.add_argument("--verify-cache", action="store_true",
-                       help="read every image file to check that the resize cache still "
-                            "matches it, for folders whose files may change without a new "
-                            "size, mtime, inode or ctime (default: trust that metadata)")
+                       help="read every image file, and the whole resize cache, to check "
+                            "that the cache still matches them, for files that may change "
+                            "without a new size, mtime, inode or ctime (default: trust that "
+                            "metadata)")
     train.add_argument("--validation-split", type=number(0, 1), default=None,
                        metavar="FRACTION",
                        help="share of each class held out to test and validate on when the "

@@ -2,16 +2,17 @@
 
 The key digests the file list with fingerprints, the size and the resize method. A build holds
 ``flock`` on ``<stem>.lock`` and lands by ``os.replace``; the sidecar ``<stem>.json`` holds an
-xxh3-128 digest checked on every open (a mismatch rebuilds). Memory stays flat (``os.pwrite``).
-Each row's channel sums are stored too (``<stem>.moments.npy``), so the statistics of a set
-streamed from the cache need no pass over its images.
+xxh3-128 digest (a mismatch rebuilds), read in full on open unless the file's stamp (size,
+times, inode) is the one ``<stem>.checked`` recorded at the last full check, as the source
+images' own stat fingerprints are trusted. Memory stays flat (``os.pwrite``).
+Each row's channel sums and digest are stored too (``<stem>.moments.npy``,
+``<stem>.digests.npy``), so a set streamed from the cache needs no pass over its images for its
+statistics or to be recognised by a checkpoint.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
-import functools
 import glob
 import hashlib
 import json
@@ -27,13 +28,14 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from jaxflowers.data import decode
-from jaxflowers.data.imread import decode_rows, failure_reason, read_error
+from jaxflowers.data.digests import row_digests
+from jaxflowers.data.imread import read_error
 from jaxflowers.data.mapped import take_rows
 from jaxflowers.data.moments import row_moments
 from jaxflowers.host.files import unwritable, write_json_atomic
 
 __all__ = ["FORMAT_VERSION", "ON_ERROR", "RESIZE_METHOD", "ResizeCache", "cache_key",
-           "default_cache_dir", "default_workers", "file_digest", "file_stamp", "open_or_build",
+           "default_cache_dir", "file_digest", "file_stamp", "open_or_build",
            "reopen"]
 
 RESIZE_METHOD = "pil-lanczos"  # recorded in the key and the sidecar; change it if decoding changes
@@ -49,12 +51,15 @@ class ResizeCache:
       path: the ``.npy`` file.
       images: read-only memmap, uint8 (N, H, W, 3), one row per file in list order.
       failed: ``{row: reason}`` of undecodable files (rows left zero; never hand them out).
-      stamp: ``file_stamp`` of the file when its digest was checked ("" for a cache deleted
-        once loaded): another process may ``reopen`` it unchecked while the stamp holds.
+      stamp: ``file_stamp`` of the file when its digest was checked, now or at a check
+        recorded with the same stamp ("" for a cache deleted once loaded): another process
+        may ``reopen`` it unchecked while the stamp holds.
       moments: int64 (N, 2, 3), each row's per-channel pixel sum and sum of squares, stored
         beside the images when the cache was built (``<stem>.moments.npy``, its digest in the
         sidecar); None where they are missing or do not match, and in a cache reopened
         from a listing (its check is the file's stamp alone).
+      digests: uint64 (N,), each row's xxh3-64 (``digests.row_digests``), stored as the
+        moments are (``<stem>.digests.npy``), and None where they are.
     """
 
     path: str
@@ -62,6 +67,7 @@ class ResizeCache:
     failed: dict[int, str]
     stamp: str = ""
     moments: np.ndarray | None = None
+    digests: np.ndarray | None = None
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """uint8 (len(rows), H, W, 3), read-only: a memmap slice if contiguous, else a copy."""
@@ -70,11 +76,6 @@ class ResizeCache:
         out = take_rows(self.images, rows)
         out.flags.writeable = False
         return out
-
-
-def default_workers() -> int:
-    """Threads that read and decode: ``min(32, cpu_count + 4)``, as ``ThreadPoolExecutor``."""
-    return min(32, (os.cpu_count() or 1) + 4)
 
 
 def default_cache_dir() -> str:
@@ -128,7 +129,8 @@ def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
                   read: Callable[[str], bytes], *, image_size: tuple[int, int],
                   cache_dir: str | os.PathLike | None = None, name: str = "images",
                   workers: int | None = None, on_error: str = "raise",
-                  processes: bool | None = False, origin: str | None = None) -> ResizeCache:
+                  processes: bool | None = False, origin: str | None = None,
+                  verify: bool = False) -> ResizeCache:
     """The uint8 (N, height, width, 3) :class:`ResizeCache` of ``files``: opened, or built once.
 
     Args:
@@ -138,13 +140,15 @@ def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
       name: readable prefix of the cache's file names.
       processes: decode in processes (reading local paths), threads (False), or None: decide.
       origin: the folder or URL; a new cache of it removes its older ones at the same size.
+      verify: read the whole cache to check its digest even if its stamp is the one of its
+        last check (a set of many gigabytes is read once more).
     """
     cache_dir = os.path.abspath(os.fspath(cache_dir or default_cache_dir()))
     key = cache_key(files, fingerprints, image_size)
     base = f"{_slug(name)}-{image_size[0]}x{image_size[1]}-{key[:16]}"
     stem, shape = os.path.join(cache_dir, base), (len(files), *image_size, 3)
     how = _Decoding(read, workers, on_error, processes, origin)
-    cache, _ = _open_valid(stem, key, shape)  # a read-only folder may hold a valid cache
+    cache, _ = _open_valid(stem, key, shape, verify)  # a read-only folder may hold one
     if cache is None:
         problem = unwritable(cache_dir)
         if problem:
@@ -153,7 +157,7 @@ def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
                           "temporary file, deleted once loaded", stacklevel=2)
             cache = _build_unkept(base, key, files, shape, how)
         else:
-            cache = _build_kept(stem, key, files, shape, how)
+            cache = _build_kept(stem, key, files, shape, how, verify)
     if on_error == "raise" and cache.failed:
         row, reason = min(cache.failed.items())
         raise read_error(files[row], f"{reason} (recorded in {cache.path})")
@@ -161,10 +165,10 @@ def open_or_build(files: Sequence[str], fingerprints: Sequence[str],
 
 
 def _build_kept(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
-                how: _Decoding) -> ResizeCache:
+                how: _Decoding, verify: bool) -> ResizeCache:
     """Build the cache at ``stem`` under its lock, unless another process built it meanwhile."""
     with _locked(stem + ".lock"):
-        cache, problem = _open_valid(stem, key, shape)
+        cache, problem = _open_valid(stem, key, shape, verify)
         if cache is None:
             if problem:
                 warnings.warn(f"resize cache {stem}.npy is invalid ({problem}); rebuilding it",
@@ -211,7 +215,8 @@ def _locked(path: str):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _open_valid(stem: str, key: str, shape: tuple[int, ...]) -> tuple[ResizeCache | None, str]:
+def _open_valid(stem: str, key: str, shape: tuple[int, ...],
+                verify: bool = False) -> tuple[ResizeCache | None, str]:
     """(cache, "") if ``stem`` holds a valid cache for ``key``; else (None, problem or "")."""
     npy, meta = stem + ".npy", stem + ".json"
     if not os.path.exists(npy) and not os.path.exists(meta):
@@ -229,30 +234,54 @@ def _open_valid(stem: str, key: str, shape: tuple[int, ...]) -> tuple[ResizeCach
         stamp = file_stamp(os.stat(npy))  # before the digest: a later change alters it
     except OSError as exc:
         return None, f"unreadable: {exc}"
-    if file_digest(npy) != info.get("xxh3"):
-        return None, "the file's digest does not match its sidecar; the file changed on disk"
+    if verify or _last_check(stem) != (info.get("xxh3"), stamp):
+        if file_digest(npy) != info.get("xxh3"):
+            return None, "the file's digest does not match its sidecar; the file changed on disk"
+        _record_check(stem, info["xxh3"], stamp)
     failed = {int(k): v for k, v in info.get("failed", {}).items()}
-    return ResizeCache(npy, images, failed, stamp, _load_moments(stem, info, shape[0])), ""
+    return ResizeCache(npy, images, failed, stamp, *(
+        _load_per_row(stem, info, kind, shape[0]) for kind in _PER_ROW)), ""
 
 
-def _load_moments(stem: str, info: dict, rows: int) -> np.ndarray | None:
-    """The rows' moments stored at ``stem.moments.npy`` if the sidecar ``info`` names their
-    digest and it matches (read into memory); else None, and the statistics are summed from
-    the images."""
-    path = stem + ".moments.npy"
-    expected = info.get("moments_xxh3")
+def _last_check(stem: str) -> tuple[str, str] | None:
+    """(digest, stamp) that ``<stem>.checked`` records the file had at its last full check."""
+    try:
+        with open(stem + ".checked", encoding="utf-8") as f:
+            record = json.load(f)
+        return record["xxh3"], record["stamp"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _record_check(stem: str, digest: str, stamp: str) -> None:
+    """Record that the file with ``stamp`` had ``digest``; left out where the folder is
+    read-only (each open then reads the whole file)."""
+    with contextlib.suppress(OSError):
+        write_json_atomic(stem + ".checked", {"xxh3": digest, "stamp": stamp})
+
+
+# What the cache stores of each row beside its images: file suffix, dtype, a row's shape.
+_PER_ROW = {"moments": (np.int64, (2, 3)), "digests": (np.uint64, ())}
+
+
+def _load_per_row(stem: str, info: dict, kind: str, rows: int) -> np.ndarray | None:
+    """The rows' ``kind`` (a key of ``_PER_ROW``) stored at ``<stem>.<kind>.npy`` if the
+    sidecar ``info`` names its digest and it matches (read into memory); else None, and what
+    needs it reads the images."""
+    path, expected = f"{stem}.{kind}.npy", info.get(f"{kind}_xxh3")
     if not expected or not os.path.exists(path):
         return None
     try:
         if file_digest(path) != expected:
             return None
-        moments = np.load(path)
+        values = np.load(path)
     except (OSError, ValueError):
         return None
-    if moments.dtype != np.int64 or moments.shape[:2] != (rows, 2):
+    dtype, row_shape = _PER_ROW[kind]
+    if values.dtype != dtype or values.shape != (rows, *row_shape):
         return None
-    moments.flags.writeable = False
-    return moments
+    values.flags.writeable = False
+    return values
 
 
 def _build(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
@@ -261,51 +290,60 @@ def _build(stem: str, key: str, files: Sequence[str], shape: tuple[int, ...],
     for stale in glob.glob(glob.escape(stem) + ".*.tmp-*"):  # left by a killed builder
         os.remove(stale)
     token = f"tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    tmp, tmp_moments = f"{stem}.npy.{token}", f"{stem}.moments.npy.{token}"
+    tmp = f"{stem}.npy.{token}"
+    temporary = {kind: f"{stem}.{kind}.npy.{token}" for kind in _PER_ROW}
     try:
         offset = _allocate(tmp, shape)
-        failed = _decode_into(tmp, offset, files, shape, how)
-        digest, moments = _digest_and_moments(tmp, offset, shape)
-        with open(tmp_moments, "wb") as f:
-            np.save(f, moments)
+        failed = decode.decode_into(tmp, offset, files, shape, read=how.read,
+                                    workers=how.workers, on_error=how.on_error,
+                                    processes=how.processes)
+        digest, per_row = _digest_and_rows(tmp, offset, shape)
+        for kind, path in temporary.items():
+            with open(path, "wb") as f:
+                np.save(f, per_row[kind])
         info = {"format": FORMAT_VERSION, "key": key, "shape": list(shape), "dtype": "uint8",
                 "method": RESIZE_METHOD, "xxh3": digest, "files": len(files),
-                "moments_xxh3": file_digest(tmp_moments),
+                **{f"{kind}_xxh3": file_digest(path) for kind, path in temporary.items()},
                 "origin": how.origin, "failed": {str(k): v for k, v in sorted(failed.items())}}
-        os.replace(tmp_moments, stem + ".moments.npy")
+        for kind, path in temporary.items():
+            os.replace(path, f"{stem}.{kind}.npy")
         os.replace(tmp, stem + ".npy")
         write_json_atomic(stem + ".json", info)
     finally:
-        for path in (tmp, tmp_moments):
+        for path in (tmp, *temporary.values()):
             if os.path.exists(path):
                 os.remove(path)
     _remove_older(stem, how.origin, shape)
     images = np.load(stem + ".npy", mmap_mode="r")
-    moments.flags.writeable = False
-    return ResizeCache(stem + ".npy", images, failed, file_stamp(os.stat(stem + ".npy")),
-                       moments)
+    for values in per_row.values():
+        values.flags.writeable = False
+    stamp = file_stamp(os.stat(stem + ".npy"))
+    _record_check(stem, digest, stamp)
+    return ResizeCache(stem + ".npy", images, failed, stamp, **per_row)
 
 
-def _digest_and_moments(path: str, offset: int, shape: tuple[int, ...],
-                        chunk_bytes: int = 16 << 20) -> tuple[str, np.ndarray]:
-    """In one read of the built file: its xxh3-128 (as ``file_digest``) and every row's
-    moments (``moments.row_moments``)."""
+def _digest_and_rows(path: str, offset: int, shape: tuple[int, ...],
+                     chunk_bytes: int = 16 << 20) -> tuple[str, dict[str, np.ndarray]]:
+    """In one read of the built file: its xxh3-128 (as ``file_digest``) and what
+    ``_PER_ROW`` stores of every row (``moments.row_moments``, ``digests.row_digests``)."""
     import xxhash
 
     digest = xxhash.xxh3_128()
     row_bytes = math.prod(shape[1:])
     per = max(1, chunk_bytes // max(1, row_bytes))
-    moments = np.empty((shape[0], 2, shape[-1]), np.int64)
+    per_row = {kind: np.empty((shape[0], *row_shape), dtype)
+               for kind, (dtype, row_shape) in _PER_ROW.items()}
     with open(path, "rb") as file:
         digest.update(file.read(offset))
         for start in range(0, shape[0], per):
             count = min(per, shape[0] - start)
             block = file.read(count * row_bytes)
             digest.update(block)
-            moments[start:start + count] = row_moments(
-                np.frombuffer(block, np.uint8).reshape(count, *shape[1:]))
+            rows = np.frombuffer(block, np.uint8).reshape(count, *shape[1:])
+            per_row["moments"][start:start + count] = row_moments(rows)
+            per_row["digests"][start:start + count] = row_digests(rows)
         digest.update(file.read())  # nothing, unless the file outgrew its shape
-    return digest.hexdigest(), moments
+    return digest.hexdigest(), per_row
 
 
 def _remove_older(stem: str, origin: str | None, shape: tuple[int, ...]) -> None:
@@ -323,7 +361,8 @@ def _remove_older(stem: str, origin: str | None, shape: tuple[int, ...]) -> None
         except (OSError, ValueError):
             continue
         if info.get("origin") == origin and tuple(info.get("shape", ()))[1:] == shape[1:]:
-            for path in (other + ".npy", other + ".moments.npy", sidecar):
+            for path in (other + ".npy", *(f"{other}.{kind}.npy" for kind in _PER_ROW),
+                         other + ".checked", sidecar):
                 with contextlib.suppress(OSError):
                     os.remove(path)
 
@@ -337,55 +376,3 @@ def _allocate(path: str, shape: tuple[int, ...]) -> int:
         offset = f.tell()
         f.truncate(offset + math.prod(shape))
     return offset
-
-
-def _decode_into(path: str, offset: int, files: Sequence[str], shape: tuple[int, ...],
-                 how: _Decoding) -> dict[int, str]:
-    """Decode every file into its row of ``path``; return ``{row: reason}`` of failures."""
-    desc = f"Resizing {len(files)} images to {shape[1]}x{shape[2]}"
-    in_processes = how.processes
-    if in_processes is None:  # processes: decoding small images is Python holding the GIL
-        in_processes = decode.use_processes(len(files))
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        if in_processes:
-            failed = decode.decode_in_processes(
-                path, offset, files, shape, processes=how.workers or decode.default_processes(),
-                on_error=how.on_error, desc=desc)
-        else:
-            failed = _decode_in_threads(fd, offset, files, how.read, shape,
-                                        how.workers or default_workers(), how.on_error, desc)
-        os.fsync(fd)  # flushes the file's pages, whichever process wrote them
-    finally:
-        os.close(fd)
-    return failed
-
-
-def _decode_in_threads(fd: int, offset: int, files: Sequence[str],
-                       read: Callable[[str], bytes], shape: tuple[int, ...], workers: int,
-                       on_error: str, desc: str) -> dict[int, str]:
-    # Tasks of several rows: one future per tiny image (CIFAR) costs more than decoding it.
-    step = max(1, min(32, len(files) // (8 * workers)))
-    pool = concurrent.futures.ThreadPoolExecutor(workers)
-    try:
-        work = functools.partial(decode_rows, fd, offset, files, read, shape)
-        chunks = [range(i, min(i + step, len(files))) for i in range(0, len(files), step)]
-        futures = {pool.submit(work, rows): rows for rows in chunks}
-        return _collect(futures, files, on_error, desc)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # before the caller closes fd
-
-
-def _collect(futures: dict, files: Sequence[str], on_error: str, desc: str) -> dict[int, str]:
-    """Wait for ``futures`` ({future: its rows}) under a progress bar; ``{row: reason}``."""
-    from jaxflowers.host.terminal import progress_bar
-
-    failed: dict[int, str] = {}
-    with progress_bar(len(files), desc=desc, unit="img", log_when_done=True) as bar:
-        for future in concurrent.futures.as_completed(futures):
-            for row, exc in sorted(future.result().items()):
-                failed[row] = failure_reason(exc)
-                if on_error == "raise":
-                    raise read_error(files[row], failed[row]) from exc
-            bar.update(len(futures[future]))
-    return failed

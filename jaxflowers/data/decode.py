@@ -1,11 +1,14 @@
-"""Build a resize cache in worker processes: the process side of :mod:`jaxflowers.data.cache`.
+"""Decode a resize cache's rows: in threads, or in worker processes (many local files).
 
-Each worker writes its own run of rows into the half-built file (``os.pwrite``); only names and
-row counts cross the pipes (JSON). Workers are ``python -m`` subprocesses: ``fork`` is unsafe
-with threads, and ``spawn`` re-runs an unguarded ``__main__`` (it would wait on its parent's lock).
+Each worker process writes its own run of rows into the half-built file (``os.pwrite``); only
+names and row counts cross the pipes (JSON). Workers are ``python -m`` subprocesses: ``fork``
+is unsafe with threads, and ``spawn`` re-runs an unguarded ``__main__`` (it would wait on its
+parent's lock).
 """
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import json
 import os
 import queue
@@ -13,13 +16,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from jaxflowers.data.imread import decode_rows, failure_reason, read_error
 from jaxflowers.host.processes import start_module
 
 __all__ = ["PROCESS_MIN_CPUS", "PROCESS_MIN_FILES", "available_cpus", "decode_in_processes",
-           "default_processes", "main", "use_processes"]
+           "decode_in_threads", "decode_into", "default_processes", "default_workers", "main",
+           "use_processes"]
 
 # Fewer files: starting the workers costs about what they save.
 PROCESS_MIN_FILES = 2_000
@@ -45,6 +49,45 @@ def default_processes() -> int:
 def use_processes(num_files: int) -> bool:
     """Whether ``num_files`` local files are worth decoding in processes on this machine."""
     return num_files >= PROCESS_MIN_FILES and available_cpus() >= PROCESS_MIN_CPUS
+
+
+def default_workers() -> int:
+    """Threads that read and decode: ``min(32, cpu_count + 4)``, as ``ThreadPoolExecutor``."""
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
+def decode_into(path: str, offset: int, files: Sequence[str], shape: tuple[int, ...], *,
+                read: Callable[[str], bytes], workers: int | None, on_error: str,
+                processes: bool | None) -> dict[int, str]:
+    """Decode every file into its row of the allocated ``.npy`` file ``path`` (data at
+    ``offset``, (N, H, W, 3) ``shape``) and flush it to disk.
+
+    Args:
+      read: returns an entry of ``files``' bytes, for threads (processes read local paths).
+      workers: threads or processes; None: ``default_workers()`` or ``default_processes()``.
+      on_error: ``"raise"`` (the first failure) or ``"skip"``.
+      processes: decode in processes, threads (False), or None: ``use_processes`` decides.
+
+    Returns:
+      ``{row: "ErrorType: message"}`` of the files that failed.
+    """
+    desc = f"Resizing {len(files)} images to {shape[1]}x{shape[2]}"
+    if processes is None:  # processes: decoding small images is Python holding the GIL
+        processes = use_processes(len(files))
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if processes:
+            failed = decode_in_processes(path, offset, files, shape,
+                                         processes=workers or default_processes(),
+                                         on_error=on_error, desc=desc)
+        else:
+            failed = decode_in_threads(fd, offset, files, read, shape,
+                                       workers=workers or default_workers(), on_error=on_error,
+                                       desc=desc)
+        os.fsync(fd)  # flushes the file's pages, whichever process wrote them
+    finally:
+        os.close(fd)
+    return failed
 
 
 def decode_in_processes(path: str, offset: int, files: Sequence[str], shape: tuple[int, ...],
@@ -82,6 +125,38 @@ def decode_in_processes(path: str, offset: int, files: Sequence[str], shape: tup
     finally:
         for worker in workers:
             worker.stop()
+    return failed
+
+
+def decode_in_threads(fd: int, offset: int, files: Sequence[str],
+                      read: Callable[[str], bytes], shape: tuple[int, ...], *, workers: int,
+                      on_error: str, desc: str) -> dict[int, str]:
+    """Decode ``files`` (each read by ``read``) into their rows of the open ``.npy`` file
+    ``fd`` in ``workers`` threads; as :func:`decode_in_processes` otherwise."""
+    # Tasks of several rows: one future per tiny image (CIFAR) costs more than decoding it.
+    step = max(1, min(32, len(files) // (8 * workers)))
+    pool = concurrent.futures.ThreadPoolExecutor(workers)
+    try:
+        work = functools.partial(decode_rows, fd, offset, files, read, shape)
+        chunks = [range(i, min(i + step, len(files))) for i in range(0, len(files), step)]
+        futures = {pool.submit(work, rows): rows for rows in chunks}
+        return _collect(futures, files, on_error, desc)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # before the caller closes fd
+
+
+def _collect(futures: dict, files: Sequence[str], on_error: str, desc: str) -> dict[int, str]:
+    """Wait for ``futures`` ({future: its rows}) under a progress bar; ``{row: reason}``."""
+    from jaxflowers.host.terminal import progress_bar
+
+    failed: dict[int, str] = {}
+    with progress_bar(len(files), desc=desc, unit="img", log_when_done=True) as bar:
+        for future in concurrent.futures.as_completed(futures):
+            for row, exc in sorted(future.result().items()):
+                failed[row] = failure_reason(exc)
+                if on_error == "raise":
+                    raise read_error(files[row], failed[row]) from exc
+            bar.update(len(futures[future]))
     return failed
 
 

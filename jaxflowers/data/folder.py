@@ -33,7 +33,9 @@ class ImageFolder(Labelled):
       cache_dir: default ``$JAXFLOWERS_CACHE_DIR`` or ``~/.cache/jaxflowers``.
       workers: listing and decoding threads (or processes).
       storage_options: keyword arguments for the fsspec file system of a URL root.
-      fingerprint: how the cache sees a changed file: ``"stat"`` or ``"content"`` (its bytes).
+      fingerprint: how the cache sees a changed file: ``"stat"`` (size, times, inode; the
+        cache's own file likewise) or ``"content"`` (every image's bytes and the whole cache
+        read again).
       listing: a file that ``save_listing`` wrote for this folder with the same settings
         moments ago (a sweep's caller, for its workers): its file list and checked resize
         cache are used instead of listing the folder and reading the cache's digest, unless
@@ -158,6 +160,13 @@ class ImageFolder(Labelled):
         moments = self._source.cache().moments
         return None if moments is None else moments[self._index]
 
+    def row_digests(self) -> np.ndarray | None:
+        """uint64 (N,): each image's xxh3-64, stored with the resize cache when it was built
+        (None for a cache without them), so that a checkpoint recognises a set on disk
+        without reading it (``digests.set_digest``)."""
+        digests = self._source.cache().digests
+        return None if digests is None else digests[self._index]
+
     def subset(self, indices: Sequence[int] | np.ndarray) -> "ImageFolder":
         """The images at ``indices`` (ints in ``[0, len)``); MATLAB ``subset``. Shares the cache."""
         indices = np.asarray(indices)
@@ -227,7 +236,8 @@ class _Source:
                     origin=self.root,
                     image_size=self.image_size, cache_dir=self.cache_dir, name=self.source.name,
                     workers=self.workers, on_error=self.on_error,
-                    processes=None if isinstance(self.source, scan_lib.LocalFolder) else False)
+                    processes=None if isinstance(self.source, scan_lib.LocalFolder) else False,
+                    verify=self.settings["fingerprint"] == "content")
                 self._use(cache)
             return self._cache
 

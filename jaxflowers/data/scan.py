@@ -14,7 +14,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from jaxflowers.data import cache as cache_lib
-from jaxflowers.data import remote
+from jaxflowers.data import decode, remote
 
 __all__ = ["FINGERPRINTS", "IMAGE_EXTENSIONS", "LocalFolder", "Scan", "load_listing",
            "open_source", "save_listing", "scan", "warn_skipped"]
@@ -131,7 +131,7 @@ def scan(source, recursive: bool, on_error: str, workers: int | None) -> Scan:
         hint = (f"; it holds {len(root_files)} files but images must sit in class folders "
                 "(root/<class>/<image>)") if root_files else ""
         raise ValueError(f"ImageFolder: no class folders in {source.location!r}{hint}")
-    with concurrent.futures.ThreadPoolExecutor(workers or cache_lib.default_workers()) as ex:
+    with concurrent.futures.ThreadPoolExecutor(workers or decode.default_workers()) as ex:
         listings = list(ex.map(lambda d: source.files(d[1], recursive), dirs))
     skipped = [(p, "not inside a class folder") for p in root_files if _is_image(p)]
     files, fingerprints, labels, bad = [], [], [], []

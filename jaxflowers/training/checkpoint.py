@@ -19,12 +19,12 @@ import warnings
 
 import numpy as np
 
-from jaxflowers.data.feed import image_shape, read_rows
+from jaxflowers.data.feed import image_shape
 from jaxflowers.options.training import TrainingOptions, recipe_fields
 from jaxflowers.training.history import History
 
 __all__ = ["CheckpointError", "CheckpointSaveError", "Checkpointer", "FORMAT", "ITEMS", "LOCK",
-           "PREFIX", "checkpoint_steps", "data_digest", "data_record", "hex_digests",
+           "PREFIX", "checkpoint_steps", "data_record", "hex_digests",
            "model_record", "quiet_orbax", "recipe", "record", "tree_digests"]
 
 FORMAT = 3  # 3: iteration_<N> folders, the network's spec, digests of the state and data
@@ -295,8 +295,6 @@ def recipe(options: TrainingOptions) -> dict:
 
 
 def data_record(data, digest: str | None = None) -> dict:
-    from jaxflowers.data.feed import image_shape
-
     return {"images": len(data), "image_shape": list(image_shape(data)),
             "class_names": [str(c) for c in data.class_names], "digest": digest}
 
@@ -312,19 +310,6 @@ def model_record(model) -> str | None:
     except TypeError:
         return type(model).__qualname__
     return f"{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
-
-
-def data_digest(data) -> str:
-    """xxh3-128 of a training set's images and labels (read once per run)."""
-    import xxhash
-
-    digest = xxhash.xxh3_128()
-    step = max(1, (64 << 20) // max(1, int(np.prod(image_shape(data)))))
-    for start in range(0, len(data), step):  # chunks: a set on disk is read, not loaded
-        rows = np.arange(start, min(start + step, len(data)))
-        digest.update(np.ascontiguousarray(read_rows(data, rows)).data)
-    digest.update(np.ascontiguousarray(np.asarray(data.labels, np.int32)).data)
-    return digest.hexdigest()
 
 
 def tree_digests(tree, xp=np) -> dict:

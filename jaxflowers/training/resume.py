@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxflowers.data import digests
 from jaxflowers.options.training import TrainingOptions
 from jaxflowers.training import checkpoint as ck
 from jaxflowers.training.checkpoint import CheckpointError
@@ -118,6 +119,9 @@ def _check_fits(saved: dict, options, data, model, data_digest, where) -> None:
     if shape_now != {k: v for k, v in data_then.items() if k != "digest"}:
         raise CheckpointError(f"{where} was trained on other data: {data_then} there, "
                               f"{data_now} now")
+    if data_digest is not None and data_then.get("digest") and not data_then["digest"].startswith(
+            digests.PREFIX):  # a checkpoint that digested the images' bytes
+        data_digest = digests.bytes_digest(data)
     if None not in (data_digest, data_then.get("digest")) and data_then["digest"] != data_digest:
         raise CheckpointError(f"{where} was trained on other images: the training set has as "
                               "many images of the same classes, but their contents changed")

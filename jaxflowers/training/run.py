@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from jaxflowers.data.digests import set_digest
 from jaxflowers.data.feed import ResidentData, choose_placement, image_shape
 from jaxflowers.host import signals
 from jaxflowers.inference.net import TrainedNet
@@ -80,7 +81,7 @@ def train(data, model, options: TrainingOptions, *, execution: ExecutionOptions 
     shapes = program.tree_state_shapes()
     if keeps_networks(options):  # checkpoints hold the best network too
         shapes = {**shapes, "best": program.variable_shapes_local()}
-    digest = (checkpoint_lib.data_digest(data)
+    digest = (set_digest(data)
               if resume is not None or options.checkpoint_path is not None else None)
     restored = (resume_lib.restore(resume, shapes, options, data, model=program.model,
                                    data_digest=digest) if resume is not None else None)
