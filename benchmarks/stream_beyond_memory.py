@@ -2,19 +2,24 @@
 
     sudo python benchmarks/stream_beyond_memory.py DIR [--images 100000] [--memory-gb 8] \
         [--resident-images 10000] [--epochs 1] [--size 224] [--model resnet50] \
-        [--read-batches 200] [--out FILE]
+        [--read-batches 200] [--folder ROOT] [--runs resident stream-memmap] \
+        [--checkpoints] [--out FILE]
 
 Writes ``DIR/images.npy`` (random pixels, ``--size`` square; the Flowers recipe, 102 classes,
-ResNet-50 or ``--model cifar_net:DEPTH`` for a quick run on a CPU),
+ResNet-50 or ``--model cifar_net:DEPTH`` for a quick run on a CPU), or with ``--folder``
+builds the class folder ROOT's resize cache in DIR and uses its file (the folder's classes),
 then, in a child process placed in a cgroup-v2 group whose ``memory.max`` is
 ``--memory-gb``, times the stream's reader alone on random batches (with the rows' pages
-advised ahead, as training reads them, and by plain indexing of the memory map), then trains:
-first resident on the first ``--resident-images`` (the rate to compare
-with), then streamed from the memory map over the whole set. A set bigger than the group's
-memory cannot stay in the page cache, so each epoch reads it from disk. Prints each run's
-``info.images_per_second``, the share of the resident rate, the bytes the child read from
-disk (``/proc/self/io``) and the group's peak memory. Needs root and a writable
-``/sys/fs/cgroup`` (v2 or v1's memory controller; else it says so and stops).
+advised ahead, as training reads them, and by plain indexing of the memory map), then trains
+each of ``--runs``: ``resident`` on ``--resident-images`` random rows (the rate to compare
+with), ``stream-memmap`` streamed from the memory map over the whole set (an ``ImageSet``:
+its statistics, and with ``--checkpoints`` its data digest, are a pass over it), and with
+``--folder`` ``stream-folder``, the ``ImageFolder`` opened from its cache (both from what the
+cache stores). ``--checkpoints`` gives every run a checkpoint folder. A set bigger than the
+group's memory cannot stay in the page cache, so each epoch reads it from disk. Prints each
+run's ``info.images_per_second``, the share of the resident rate, its set-up, the bytes the
+child read from disk (``/proc/self/io``) and the group's peak memory. Needs root and a
+writable ``/sys/fs/cgroup`` (v2 or v1's memory controller; else it says so and stops).
 """
 import argparse
 import json
@@ -25,17 +30,26 @@ import tempfile
 import time
 
 CHILD = r"""
-import json, os, sys, time
+import json, os, sys, tempfile, time
 import numpy as np
 import jaxflowers as jf
 path, model_name = sys.argv[1], sys.argv[4]
 resident_count, epochs, read_batches = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
+folder_root, size, run_names = sys.argv[6], int(sys.argv[7]), sys.argv[8].split(",")
+checkpoints = sys.argv[9] == "1"
 images = np.load(path, mmap_mode="r")
-rng = np.random.default_rng(0)
-labels = rng.integers(0, 102, len(images))
-names = tuple(str(i) for i in range(102))
-model = (jf.models.resnet50(num_classes=102) if model_name == "resnet50" else
-         jf.models.cifar_net(depth=int(model_name.split(":")[1]), num_classes=102))
+if folder_root:  # the folder's cache is ``path``: its rows, labels and classes
+    start = time.perf_counter()
+    folder = jf.data.ImageFolder(folder_root, image_size=size, cache_dir=os.path.dirname(path))
+    assert folder.cache_path == path and len(folder) == len(images)
+    print(json.dumps({"placement": "open-folder", "wall_s": time.perf_counter() - start}),
+          flush=True)
+    labels, names = np.asarray(folder.labels), folder.class_names
+else:
+    labels = np.random.default_rng(0).integers(0, 102, len(images))
+    names = tuple(str(i) for i in range(102))
+model = (jf.models.resnet50(num_classes=len(names)) if model_name == "resnet50" else
+         jf.models.cifar_net(depth=int(model_name.split(":")[1]), num_classes=len(names)))
 
 def read_bytes():
     with open("/proc/self/io") as f:
@@ -74,13 +88,19 @@ for name, kind in (("read-advised", jf.data.ImageSet), ("read-plain", PlainIndex
                       "disk_read_gb": (read_bytes() - before) / 1e9}), flush=True)
 drop_pages()
 
-runs = [("resident", jf.data.ImageSet(np.array(images[:resident_count]),
-                                      labels[:resident_count], names)),
-        ("stream-memmap", jf.data.ImageSet(images, labels, names))]
-for placement, data in runs:  # the resident run compiles too: a few epochs, to time it
+picked = np.sort(np.random.default_rng(1).choice(len(images), resident_count, replace=False))
+sets = {"resident": lambda: jf.data.ImageSet(np.array(images[picked]), labels[picked], names),
+        "stream-memmap": lambda: jf.data.ImageSet(images, labels, names),
+        "stream-folder": lambda: folder}
+for placement in run_names:  # the resident run compiles too: a few epochs, to time it
+    data = sets[placement]()
     epochs_here = max(epochs, 4) if placement == "resident" else epochs
     options = jf.recipes.flowers_options(1, len(data), max_epochs=epochs_here).replace(
         verbose=False, validation_frequency=10**9)
+    if checkpoints:  # its data digest is taken in the set-up; one checkpoint, at the end
+        options = options.replace(checkpoint_path=tempfile.mkdtemp(prefix="sbm-ck-"),
+                                  checkpoint_frequency=epochs_here)
+    drop_pages()
     before, start = read_bytes(), time.perf_counter()
     net, info = jf.train(data, model, options, execution=jf.ExecutionOptions(
         data_placement=placement.split("-")[0]))
@@ -112,6 +132,20 @@ def write_set(folder: str, count: int, size: int = 224, block: int = 2048) -> st
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return path
+
+
+def cache_of(root: str, folder: str, size: int) -> str:
+    """The resize cache of the class folder ``root`` at ``size``, built in ``folder`` if
+    needed, then dropped from the page cache; its ``.npy`` file."""
+    import jaxflowers as jf
+
+    path = jf.data.ImageFolder(root, image_size=size, cache_dir=folder).cache_path
+    fd = os.open(path, os.O_RDONLY)
+    try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
@@ -178,23 +212,35 @@ def main() -> None:
     parser.add_argument("--read-batches", type=int, default=200,
                         help="random batches of 128 read by the stream's reader alone, with "
                              "and without the read-ahead (0: skip)")
+    parser.add_argument("--folder", help="a class folder whose resize cache (built in DIR) is "
+                                         "the set, instead of random pixels")
+    parser.add_argument("--runs", nargs="+", default=None,
+                        choices=("resident", "stream-memmap", "stream-folder"),
+                        help="trainings, in order (default: resident, stream-memmap, and "
+                             "stream-folder with --folder)")
+    parser.add_argument("--checkpoints", action="store_true",
+                        help="give every training a checkpoint folder (its data digest)")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args()
+    runs = args.runs or ["resident", "stream-memmap"] + (["stream-folder"] if args.folder else [])
+    if "stream-folder" in runs and not args.folder:
+        parser.error("--runs stream-folder needs --folder")
     try:
         group = MemoryGroup(f"jaxflowers-stream-{os.getpid()}", int(args.memory_gb * 2**30))
     except OSError as error:
         sys.exit(f"cannot make a cgroup memory group under /sys/fs/cgroup: {error}")
     os.makedirs(args.dir, exist_ok=True)
     start = time.perf_counter()
-    path = write_set(args.dir, args.images, args.size)
+    path = (cache_of(args.folder, args.dir, args.size) if args.folder else
+            write_set(args.dir, args.images, args.size))
     size_gb = os.path.getsize(path) / 1e9
-    print(f"wrote {path}: {args.images} images, {size_gb:.1f} GB in "
-          f"{time.perf_counter() - start:.1f} s; the child may use {args.memory_gb:g} GiB",
-          flush=True)
+    print(f"wrote {path}: {size_gb:.1f} GB in {time.perf_counter() - start:.1f} s; the child "
+          f"may use {args.memory_gb:g} GiB", flush=True)
     # Join the group first, then exec the child: all it maps and caches counts against it.
     command = ["sh", "-c", f'echo $$ > {group.folder}/cgroup.procs && exec "$0" "$@"',
                sys.executable, "-c", CHILD, path, str(args.resident_images), str(args.epochs),
-               args.model, str(args.read_batches)]
+               args.model, str(args.read_batches), args.folder or "", str(args.size),
+               ",".join(runs), "1" if args.checkpoints else "0"]
     # Each row printed as it comes, so that a run cut short still shows what it measured.
     rows, errors = [], tempfile.TemporaryFile("w+")
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True) as child:
@@ -212,6 +258,9 @@ def main() -> None:
               flush=True)
     resident = next((r["images_per_s"] for r in rows if r["placement"] == "resident"), None)
     for row in rows:
+        if "images_per_s" not in row:
+            print(f"{row['placement']:14s} {row['wall_s']:.2f} s", flush=True)
+            continue
         share = f", {100 * row['images_per_s'] / resident:.1f} % of resident" if resident else ""
         setup = f"; set-up {row['setup_s']:.1f} s" if "setup_s" in row else ""
         print(f"{row['placement']:14s} {row['images']:7d} images: {row['images_per_s']:7.0f} "
@@ -219,8 +268,9 @@ def main() -> None:
     print(f"the group (limit {args.memory_gb:g} GiB): {memory}", flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"images": args.images, "set_gb": size_gb, "memory_gb": args.memory_gb,
-                       "group": memory, "rows": rows,
+            json.dump({"images": args.images, "folder": args.folder, "runs": runs,
+                       "checkpoints": args.checkpoints, "set_gb": size_gb,
+                       "memory_gb": args.memory_gb, "group": memory, "rows": rows,
                        "returncode": returncode}, f, indent=1)
 
 

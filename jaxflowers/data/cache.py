@@ -58,8 +58,8 @@ class ResizeCache:
         beside the images when the cache was built (``<stem>.moments.npy``, its digest in the
         sidecar); None where they are missing or do not match, and in a cache reopened
         from a listing (its check is the file's stamp alone).
-      digests: uint64 (N,), each row's xxh3-64 (``digests.row_digests``), stored as the
-        moments are (``<stem>.digests.npy``), and None where they are.
+      digests: uint64 (N,), each row's xxh3-64 (``digests.row_digests``), stored and checked
+        as the moments are (``<stem>.digests.npy``); None in the same cases.
     """
 
     path: str
