@@ -198,9 +198,10 @@ def test_images_changed_since_the_checkpoint_are_noticed_on_resume(tmp_path):
         jf.train(changed, _model(), _options(max_epochs=2), resume=tmp_path)
 
 
-def test_a_checkpoint_holding_the_digest_of_the_images_bytes_still_resumes(tmp_path):
-    """Checkpoints whose data digest is the xxh3 of the images' bytes (no ``rows-xxh3:``
-    prefix) are checked by that digest: the same images resume, changed ones are refused."""
+def test_a_checkpoint_of_format_3_is_checked_by_its_digest_of_the_images_bytes(tmp_path):
+    """Format 3 recorded the xxh3 of the images' bytes as the data's digest: such a checkpoint
+    is checked by that digest (the same images resume, changed ones are refused); a format
+    this version does not know is refused naming the formats it reads."""
     import json
 
     from jaxflowers.data import digests
@@ -212,7 +213,7 @@ def test_a_checkpoint_holding_the_digest_of_the_images_bytes_still_resumes(tmp_p
     record = json.loads(path.read_text())
     assert record["data"]["digest"] == digests.set_digest(train)
     assert record["data"]["digest"].startswith(digests.PREFIX)
-    record["data"]["digest"] = digests.bytes_digest(train)
+    record["format"], record["data"]["digest"] = 3, digests.bytes_digest(train)
     path.write_text(json.dumps(record))
     images = np.array(train.images)
     images[7, 3, 3, 0] ^= 1
@@ -226,6 +227,10 @@ def test_a_checkpoint_holding_the_digest_of_the_images_bytes_still_resumes(tmp_p
     assert min(i for i in seen if i) == step + 1, "continued from the checkpoint"
     reference = jf.train(train, _model(), _options(max_epochs=2))[1]
     np.testing.assert_array_equal(info.loss, reference.loss)
+    path.write_text(json.dumps({**record, "format": 5}))
+    with pytest.raises(ValueError, match="has checkpoint format 5; this version reads formats "
+                                         "3, 4"):
+        jf.train(train, _model(), _options(max_epochs=2), resume=path.parents[1])
 
 
 def test_auc_of_a_diverging_run_is_a_divergence_not_an_error():

@@ -24,10 +24,12 @@ from jaxflowers.options.training import TrainingOptions, recipe_fields
 from jaxflowers.training.history import History
 
 __all__ = ["CheckpointError", "CheckpointSaveError", "Checkpointer", "FORMAT", "ITEMS", "LOCK",
-           "PREFIX", "checkpoint_steps", "data_record", "hex_digests",
-           "model_record", "quiet_orbax", "recipe", "record", "tree_digests"]
+           "PREFIX", "READS", "checkpoint_steps", "data_record", "hex_digests", "model_record",
+           "quiet_orbax", "recipe", "record", "tree_digests"]
 
-FORMAT = 3  # 3: iteration_<N> folders, the network's spec, digests of the state and data
+FORMAT = 4  # 3: iteration_<N> folders, the network's spec, digests of the state and data;
+# 4: the data's digest made of per-image digests (``data.digests.set_digest``)
+READS = (3, 4)  # the formats this version resumes (3: the data's digest is of its bytes)
 PREFIX = "iteration"  # orbax's step prefix: checkpoints are iteration_<N>
 LOCK = ".jaxflowers-lock"
 _TMP = ".orbax-checkpoint-tmp"

@@ -103,9 +103,9 @@ def _locate(path: pathlib.Path) -> tuple[pathlib.Path, list[int], bool]:
 
 
 def _check_fits(saved: dict, options, data, model, data_digest, where) -> None:
-    if saved.get("format") != ck.FORMAT:
+    if saved.get("format") not in ck.READS:
         raise CheckpointError(f"{where} has checkpoint format {saved.get('format')!r}; this "
-                              f"version reads format {ck.FORMAT}")
+                              f"version reads formats {', '.join(map(str, ck.READS))}")
     # Fields newer than a checkpoint hold their default there.
     now, then = ck.recipe(options), {"learn_rate_factors": [], **saved["recipe"]}
     differ = [f"{k} ({then.get(k)!r} there, {now[k]!r} now)" for k in now if then.get(k) != now[k]]
@@ -119,9 +119,8 @@ def _check_fits(saved: dict, options, data, model, data_digest, where) -> None:
     if shape_now != {k: v for k, v in data_then.items() if k != "digest"}:
         raise CheckpointError(f"{where} was trained on other data: {data_then} there, "
                               f"{data_now} now")
-    if data_digest is not None and data_then.get("digest") and not data_then["digest"].startswith(
-            digests.PREFIX):  # a checkpoint that digested the images' bytes
-        data_digest = digests.bytes_digest(data)
+    if data_digest is not None and data_then.get("digest") and saved["format"] == 3:
+        data_digest = digests.bytes_digest(data)  # format 3 digested the images' bytes
     if None not in (data_digest, data_then.get("digest")) and data_then["digest"] != data_digest:
         raise CheckpointError(f"{where} was trained on other images: the training set has as "
                               "many images of the same classes, but their contents changed")
