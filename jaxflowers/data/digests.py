@@ -10,7 +10,7 @@ from jaxflowers.data.feed import image_shape, read_rows
 
 __all__ = ["PREFIX", "bytes_digest", "row_digests", "set_digest"]
 
-PREFIX = "rows-xxh3:"  # what set_digest's values start with; bytes_digest's have no prefix
+PREFIX = "rows-xxh3:"  # what set_digest's values start with (bytes_digest's have none)
 _CHUNK_BYTES = 64 << 20  # a set on disk is read in chunks of this size, never loaded whole
 
 
@@ -45,7 +45,7 @@ def set_digest(data) -> str:
 
 def bytes_digest(data) -> str:
     """The xxh3-128 of a set's image bytes in order, then its int32 labels: the data digest
-    that checkpoints hold where theirs lacks ``PREFIX`` (a pass over the set)."""
+    that checkpoints of format 3 hold (a pass over the set)."""
     import xxhash
 
     digest = xxhash.xxh3_128()
