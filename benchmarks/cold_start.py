@@ -1,6 +1,7 @@
 """Where a cold start's seconds go: each piece of ``train``'s start, alone in this process.
 
-    python benchmarks/cold_start.py PIECE DATA [--per-device-batch 128] [--out FILE]
+    python benchmarks/cold_start.py PIECE DATA [--per-device-batch 128] [--model resnet50]
+        [--out FILE]
 
 PIECE (run each in a fresh process, with no compilation cache, so every compile is cold;
 ``--trace DIR`` also profiles the compile and prints where XLA's time went):
@@ -12,8 +13,10 @@ PIECE (run each in a fresh process, with no compilation cache, so every compile 
   all          init, block and validation compiled at once, as ``train`` does
 
 DATA is a folder of class folders (``benchmarks/synthetic_folders.py flowers DEST``); the
-MATLAB example's recipe (90/10 split, 128 images per device) on every local device. Prints
-one JSON line: seconds of wall time and of process CPU time (all threads) per step.
+MATLAB example's recipe (90/10 split, 128 images per device) on every local device, or with
+``--model cifar_net:DEPTH`` the sweep's network and recipe (32 px, SGDM, the sweep's
+augmentation; DATA e.g. CIFAR-10's class folders). Prints one JSON line: seconds of wall
+time and of process CPU time (all threads) per step.
 """
 import argparse
 import concurrent.futures
@@ -36,6 +39,8 @@ def main() -> None:
                                           "validation", "all"))
     parser.add_argument("data")
     parser.add_argument("--per-device-batch", type=int, default=128)
+    parser.add_argument("--model", default="resnet50",
+                        help="resnet50 (the Flowers example) or cifar_net:DEPTH (the sweep's)")
     parser.add_argument("--out", help="append the JSON line to this file")
     parser.add_argument("--trace", help="write a jax.profiler trace of the compile to this "
                         "folder and print its host events (XLA's passes) by total time")
@@ -64,8 +69,10 @@ def main() -> None:
                      "cpu_s": round(_cpu() - cpu, 2)}
         return result
 
-    data = recipes.load_data(args.data, image_size=recipes.IMAGE_SIZE["resnet50"])
+    name, _, depth = args.model.partition(":")
+    data = recipes.load_data(args.data, image_size=recipes.IMAGE_SIZE[name])
     train_set, test_set = data.split_each_label(0.9, seed=0)
+    row["model"] = args.model
     parallel = DataParallel(devices, "shard_map")
     if args.piece == "first-copy":
         images = timed("read_training_set", lambda: np.array(train_set.images))
@@ -74,17 +81,24 @@ def main() -> None:
         for name in ("copy_training_set", "copy_training_set_again"):
             timed(name, lambda: jax.block_until_ready(parallel.put(images, REPLICATED)))
     else:
-        opts = recipes.flowers_options(len(devices), len(train_set),
-                                       per_device_batch=args.per_device_batch,
-                                       validation_data=test_set, verbose=False, max_epochs=1)
+        if name == "resnet50":
+            opts = recipes.flowers_options(len(devices), len(train_set),
+                                           per_device_batch=args.per_device_batch,
+                                           validation_data=test_set, verbose=False,
+                                           max_epochs=1)
+        else:
+            opts = recipes.sweep_options(len(train_set), max_epochs=1,
+                                         mini_batch_size=args.per_device_batch * len(devices),
+                                         validation_data=test_set, verbose=False)
         shape = image_shape(train_set)
+        spec = name if name == "resnet50" else (name, {"depth": int(depth)})
+        model = recipes.build_model(spec, len(data.class_names))
 
         def setup():
             feed = ResidentData(train_set, mini_batch_size=opts.mini_batch_size, num_epochs=1,
                                 shuffle=opts.shuffle, seed=opts.seed)
             resolved = ExecutionOptions().resolve(devices[0].platform, shape, streamed=False)
-            return TrainProgram(parallel, recipes.build_model("resnet50", 5), opts, resolved,
-                                feed=feed, input_shape=shape)
+            return TrainProgram(parallel, model, opts, resolved, feed=feed, input_shape=shape)
 
         program = timed("setup_and_init_trace", setup)
         forward = program.forward
@@ -92,7 +106,7 @@ def main() -> None:
                                               forward.abstract(len(test_set), shape),
                                               program.stats_shape))
         if args.piece == "init":
-            timed("compile", lambda: program.init.lower().compile())
+            timed("compile", lambda: program.init.lower(np.uint32(0), program.start).compile())
         elif args.piece == "init-rbg":
             timed("compile", lambda: _rbg_init(program, jnp).lower().compile())
         elif args.piece == "block":
@@ -102,7 +116,7 @@ def main() -> None:
         else:
             def together():
                 with concurrent.futures.ThreadPoolExecutor(3) as pool:
-                    jobs = [pool.submit(lambda: program.init.lower().compile()),
+                    jobs = [pool.submit(lambda: program.init.lower(np.uint32(0), program.start).compile()),
                             pool.submit(lambda: program.lower_block().compile()),
                             pool.submit(validation)]
                     for job in jobs:
