@@ -38,8 +38,8 @@ class ImageFolder(Labelled):
         read again).
       listing: a file that ``save_listing`` wrote for this folder with the same settings
         moments ago (a sweep's caller, for its workers): its file list and checked resize
-        cache are used instead of listing the folder and reading the cache's digest, unless
-        the cache has changed since (then, or if it is missing, the folder is listed).
+        cache are used instead of listing the folder and checking the cache, unless the
+        cache has changed since (then, or if it is missing, the folder is listed).
 
     Raises:
       ValueError: a class folder without a single image.

@@ -169,7 +169,7 @@ def share_plan(plan, directory: str | os.PathLike) -> tuple[dict, list]:
     """``prepare_plan``, then each folder's checked listing saved in ``directory``.
 
     The workers loading the returned plan soon after open those listings instead of listing
-    the folders and reading their caches' digests again (seconds for 50,000 files). A worker
+    the folders and checking their caches again (a second for 50,000 files). A worker
     that cannot read a listing, or finds the cache changed, lists its folder itself.
 
     Returns:
