@@ -71,6 +71,17 @@ def _workers() -> list[psutil.Process]:
     return found
 
 
+def _workers_soon(count: int, seconds: float = 30) -> list[psutil.Process]:
+    """``_workers()`` once ``count`` of them show, waiting up to ``seconds``: a process just
+    launched shows its own command line only once it has exec'd, later on a loaded machine."""
+    deadline = time.monotonic() + seconds
+    while len(found := _workers()) != count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(found) == count, [p.as_dict(["pid", "status", "cmdline"]) for p in
+                                 psutil.Process().children(recursive=True)]
+    return found
+
+
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -581,7 +592,7 @@ def test_warm_workers_take_the_next_jobs_and_none_outlives_the_pool(tmp_path):
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with jf.sweep.DevicePool(1, log_dir=tmp_path / "logs", warm_workers=True) as pool:
-        [waiting] = _workers()
+        [waiting] = _workers_soon(1)
         first, second = pool.submit(sweep_jobs.worker_facts), pool.submit(sweep_jobs.worker_facts)
         facts = jf.sweep.fetch_outputs([first, second])
     assert [f["jax_preloaded"] for f in facts] == [True, True]
@@ -593,17 +604,13 @@ def test_warm_workers_take_the_next_jobs_and_none_outlives_the_pool(tmp_path):
         assert f"worker facts: {f}" in log.read_text()
 
     with jf.sweep.DevicePool(1, log_dir=tmp_path / "killed", warm_workers=True) as pool:
-        [waiting] = _workers()
+        [waiting] = _workers_soon(1)
         waiting.kill()
         waiting.wait(timeout=10)
         facts = pool.submit(sweep_jobs.worker_facts).result(timeout=120)
         assert facts["jax_preloaded"] is False and facts["ready_before_job"] is None
     with jf.sweep.DevicePool(2, log_dir=tmp_path / "unused", warm_workers=True):
-        deadline = time.monotonic() + 30  # a loaded machine may show a new process late
-        while len(_workers()) != 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert len(_workers()) == 2, [p.as_dict(["pid", "status", "cmdline"]) for p in
-                                      psutil.Process().children(recursive=True)]
+        _workers_soon(2)
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     _, alive = psutil.wait_procs(left, timeout=5)
     assert not alive, alive
