@@ -113,6 +113,17 @@ def test_a_long_noisy_line_is_drawn_by_its_envelope_first_last_and_extremes_kept
     assert len(short.figure.axes[0].lines[0].get_xdata()) == 100
 
 
+def test_a_long_line_of_no_numbers_at_all_is_drawn_without_error():
+    """A line whose every point is NaN (no run has an extreme) keeps each run's first and
+    last point and the redraw goes on."""
+    plot = live.SweepProgressPlot(1)
+    for i in range(1, 3001):
+        plot.update(0, message(i, float("nan"), loss=float("nan")))
+    plot.save(io.BytesIO())
+    x = plot.figure.axes[0].lines[0].get_xdata()
+    assert 0 < len(x) < 3000 and x[0] == 1 and x[-1] == 3000
+
+
 def test_the_grid_keeps_its_titles_axes_and_legend_apart(tmp_path):
     """Laid out by fixed margins: the titles, each axis's tick labels and label, and the
     legend lie inside the figure and apart, for a grid of 4 and a single cell."""

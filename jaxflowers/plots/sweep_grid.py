@@ -154,11 +154,11 @@ def _envelope(x, y, buckets: int = _BUCKETS) -> tuple[np.ndarray, np.ndarray]:
     keep = [edges[:-1], edges[1:] - 1]
     for pick in (np.fmin, np.fmax):
         values = pick.reduceat(y, edges[:-1])
-        # the first position of each run holding its extreme (NaN runs keep their first)
-        hit = np.flatnonzero(y == np.repeat(values, np.diff(edges)))
-        first = np.searchsorted(hit, edges[:-1])
-        found = (first < hit.size) & (hit[np.minimum(first, hit.size - 1)] < edges[1:])
-        keep.append(np.where(found, hit[np.minimum(first, hit.size - 1)], edges[:-1]))
+        # the first position of each run holding its extreme (NaN runs keep their first);
+        # x.size closes the list, so every run finds a position, its own or past its end
+        hit = np.append(np.flatnonzero(y == np.repeat(values, np.diff(edges))), x.size)
+        at = hit[np.searchsorted(hit, edges[:-1])]
+        keep.append(np.where(at < edges[1:], at, edges[:-1]))
     index = np.unique(np.concatenate(keep))
     return x[index], y[index]
 
