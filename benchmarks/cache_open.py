@@ -12,6 +12,7 @@ it as a training's first batch would be.
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -20,41 +21,8 @@ import jaxflowers as jf
 from jaxflowers.data import cache as cache_lib
 from jaxflowers.data import digests
 
-
-def _drop(path: str) -> None:
-    """The file's pages out of memory: the whole page cache as root, else the file's own."""
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("1\n")
-        return
-    except OSError:
-        pass
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def _without_stored(set_digest):
-    """``set_digest`` of a set whose cache holds no per-image digests: it reads the images."""
-
-    class Plain:
-        def __init__(self, folder):
-            self.folder, self.labels = folder, folder.labels
-
-        def __len__(self):
-            return len(self.folder)
-
-        @property
-        def image_shape(self):
-            return self.folder.image_shape
-
-        def read(self, index):
-            return self.folder.read(index)
-
-    return lambda folder: set_digest(Plain(folder))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under safe-path
+from channel_statistics import WithoutStored, drop_pages  # noqa: E402
 
 
 def main() -> None:
@@ -74,7 +42,7 @@ def main() -> None:
     opens = ("stamp", "digest")
     for _ in range(args.rounds):
         for how in opens:
-            _drop(path)
+            drop_pages(path)
             start = time.perf_counter()
             cache = cache_lib.open_or_build(
                 scan.files, scan.fingerprints, source.source.read, image_size=size,
@@ -84,8 +52,8 @@ def main() -> None:
             assert cache.path == path, "the timed open rebuilt the cache"
         found = []
         for how, digest in (("set digest, stored", digests.set_digest),
-                            ("set digest, pass", _without_stored(digests.set_digest))):
-            _drop(path)
+                            ("set digest, pass", lambda f: digests.set_digest(WithoutStored(f)))):
+            drop_pages(path)
             start = time.perf_counter()
             found.append(digest(folder))
             times[how].append(time.perf_counter() - start)

@@ -216,7 +216,7 @@ def _locked(path: str):
 
 
 def _open_valid(stem: str, key: str, shape: tuple[int, ...],
-                verify: bool = False) -> tuple[ResizeCache | None, str]:
+                verify: bool) -> tuple[ResizeCache | None, str]:
     """(cache, "") if ``stem`` holds a valid cache for ``key``; else (None, problem or "")."""
     npy, meta = stem + ".npy", stem + ".json"
     if not os.path.exists(npy) and not os.path.exists(meta):

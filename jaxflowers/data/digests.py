@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxflowers.data.feed import image_shape, read_rows
+from jaxflowers.data.feed import image_shape, read_rows, stored_rows
 
 __all__ = ["PREFIX", "bytes_digest", "row_digests", "set_digest"]
 
@@ -32,8 +32,7 @@ def set_digest(data) -> str:
     """
     import xxhash
 
-    stored = getattr(data, "row_digests", None)
-    stored = stored() if callable(stored) else None
+    stored = stored_rows(data, "digests")
     if stored is None:
         parts = [row_digests(block) for block in _blocks(data)]
         stored = np.concatenate(parts) if parts else np.zeros(0, np.uint64)

@@ -14,7 +14,8 @@ import numpy as np
 from jaxflowers.data.mapped import take_rows
 
 __all__ = ["BUDGET_ENV", "Placement", "ResidentData", "choose_placement",
-           "device_memory_budget", "epoch_order", "image_shape", "read_rows", "steps_per_epoch"]
+           "device_memory_budget", "epoch_order", "image_shape", "read_rows", "steps_per_epoch",
+           "stored_rows"]
 
 # "auto" keeps a set resident when it takes at most this share of a device's memory: the
 # rest is for parameters, optimizer state and activations.
@@ -112,6 +113,13 @@ def read_rows(data, index) -> np.ndarray:
         return take_rows(data, index)
     reader = getattr(data, "read", None)
     return np.asarray(reader(index)) if reader is not None else take_rows(data.images, index)
+
+
+def stored_rows(data, kind: str) -> np.ndarray | None:
+    """What a set stores of each of its images, ``data.row_<kind>()`` (an ``ImageFolder``'s
+    resize cache: ``moments``, ``digests``), or None where it stores nothing."""
+    method = getattr(data, f"row_{kind}", None)
+    return method() if callable(method) else None
 
 
 class ResidentData:

@@ -157,15 +157,19 @@ class ImageFolder(Labelled):
         """int64 (N, 2, 3): each image's per-channel pixel sum and sum of squares, stored with
         the resize cache when it was built (None for a cache without them), so that a streamed
         set's channel statistics need no pass over its images."""
-        moments = self._source.cache().moments
-        return None if moments is None else moments[self._index]
+        return self._stored("moments")
 
     def row_digests(self) -> np.ndarray | None:
         """uint64 (N,): each image's xxh3-64, stored with the resize cache when it was built
         (None for a cache without them), so that a checkpoint recognises a set on disk
         without reading it (``digests.set_digest``)."""
-        digests = self._source.cache().digests
-        return None if digests is None else digests[self._index]
+        return self._stored("digests")
+
+    def _stored(self, kind: str) -> np.ndarray | None:
+        """This view's rows of what the resize cache stores per image (``moments``,
+        ``digests``), or None."""
+        values = getattr(self._source.cache(), kind)
+        return None if values is None else values[self._index]
 
     def subset(self, indices: Sequence[int] | np.ndarray) -> "ImageFolder":
         """The images at ``indices`` (ints in ``[0, len)``); MATLAB ``subset``. Shares the cache."""

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from jaxflowers.data.feed import image_shape, read_rows
+from jaxflowers.data.feed import image_shape, read_rows, stored_rows
 
 __all__ = ["channel_stats", "row_moments", "stats_from_moments"]
 
@@ -28,8 +28,7 @@ def channel_stats(data, chunk: int = 16, *,
     count = len(data)
     shape = (count, *image_shape(data)) if not isinstance(data, np.ndarray) else data.shape
     pixels = int(np.prod(shape[:-1]))
-    stored = getattr(data, "row_moments", None)
-    stored = stored() if callable(stored) else None
+    stored = stored_rows(data, "moments")
     if stored is not None:
         return stats_from_moments(stored[:, 0].sum(0), stored[:, 1].sum(0), pixels)
     threads = num_threads or min(16, os.cpu_count() or 1)
