@@ -3,7 +3,7 @@
     sudo python benchmarks/stream_beyond_memory.py DIR [--images 100000] [--memory-gb 8] \
         [--resident-images 10000] [--epochs 1] [--size 224] [--model resnet50] \
         [--read-batches 200] [--folder ROOT] [--runs resident stream-memmap] \
-        [--checkpoints] [--out FILE]
+        [--checkpoints] [--compile-cache CACHE] [--repeat N] [--out FILE]
 
 Writes ``DIR/images.npy`` (random pixels, ``--size`` square; the Flowers recipe, 102 classes,
 ResNet-50 or ``--model cifar_net:DEPTH`` for a quick run on a CPU), or with ``--folder``
@@ -15,7 +15,10 @@ each of ``--runs``: ``resident`` on ``--resident-images`` random rows (the rate 
 with), ``stream-memmap`` streamed from the memory map over the whole set (an ``ImageSet``:
 its statistics, and with ``--checkpoints`` its data digest, are a pass over it), and with
 ``--folder`` ``stream-folder``, the ``ImageFolder`` opened from its cache (both from what the
-cache stores). ``--checkpoints`` gives every run a checkpoint folder. A set bigger than the
+cache stores). ``--checkpoints`` gives every run a checkpoint folder. ``--compile-cache`` turns
+on JAX's compilation cache in that folder and ``--repeat 2`` trains each run twice, so the
+second of each loads its programs instead of compiling them beside its first steps (a rate
+nearer the steady one). A set bigger than the
 group's memory cannot stay in the page cache, so each epoch reads it from disk. Prints each
 run's ``info.images_per_second``, the share of the resident rate, its set-up, the bytes the
 child read from disk (``/proc/self/io``) and the group's peak memory. Needs root and a
@@ -37,6 +40,9 @@ path, model_name = sys.argv[1], sys.argv[4]
 resident_count, epochs, read_batches = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
 folder_root, size, run_names = sys.argv[6], int(sys.argv[7]), sys.argv[8].split(",")
 checkpoints = sys.argv[9] == "1"
+compile_cache, repeat = sys.argv[10], int(sys.argv[11])
+if compile_cache:
+    jf.enable_compilation_cache(compile_cache)
 images = np.load(path, mmap_mode="r")
 if folder_root:  # the folder's cache is ``path``: its rows, labels and classes
     start = time.perf_counter()
@@ -92,7 +98,8 @@ picked = np.sort(np.random.default_rng(1).choice(len(images), resident_count, re
 sets = {"resident": lambda: jf.data.ImageSet(np.array(images[picked]), labels[picked], names),
         "stream-memmap": lambda: jf.data.ImageSet(images, labels, names),
         "stream-folder": lambda: folder}
-for placement in run_names:  # the resident run compiles too: a few epochs, to time it
+for placement in [name for name in run_names for _ in range(repeat)]:
+    # the resident run: a few epochs of its subset, to time it
     data = sets[placement]()
     epochs_here = max(epochs, 4) if placement == "resident" else epochs
     options = jf.recipes.flowers_options(1, len(data), max_epochs=epochs_here).replace(
@@ -104,7 +111,8 @@ for placement in run_names:  # the resident run compiles too: a few epochs, to t
     before, start = read_bytes(), time.perf_counter()
     net, info = jf.train(data, model, options, execution=jf.ExecutionOptions(
         data_placement=placement.split("-")[0]))
-    print(json.dumps({"placement": placement, "images": len(data),
+    print(json.dumps({"placement": placement, "images": len(data), "epochs": epochs_here,
+                      "images_trained": len(info.iteration) * options.mini_batch_size,
                       "wall_s": time.perf_counter() - start, "setup_s": info.setup_time,
                       "compile_s": info.compile_time, "train_s": info.train_time,
                       "images_per_s": info.images_per_second,
@@ -220,6 +228,8 @@ def main() -> None:
                              "stream-folder with --folder)")
     parser.add_argument("--checkpoints", action="store_true",
                         help="give every training a checkpoint folder (its data digest)")
+    parser.add_argument("--compile-cache", help="JAX's compilation cache folder for the child")
+    parser.add_argument("--repeat", type=int, default=1, help="trainings of each run, in a row")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args()
     runs = args.runs or ["resident", "stream-memmap"] + (["stream-folder"] if args.folder else [])
@@ -240,7 +250,9 @@ def main() -> None:
     command = ["sh", "-c", f'echo $$ > {group.folder}/cgroup.procs && exec "$0" "$@"',
                sys.executable, "-c", CHILD, path, str(args.resident_images), str(args.epochs),
                args.model, str(args.read_batches), args.folder or "", str(args.size),
-               ",".join(runs), "1" if args.checkpoints else "0"]
+               ",".join(runs), "1" if args.checkpoints else "0",
+               os.path.abspath(args.compile_cache) if args.compile_cache else "",
+               str(args.repeat)]
     # Each row printed as it comes, so that a run cut short still shows what it measured.
     rows, errors = [], tempfile.TemporaryFile("w+")
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True) as child:
@@ -256,20 +268,25 @@ def main() -> None:
     if returncode:
         print(f"the child failed (rc {returncode}; the group: {memory}):\n{stderr[-2000:]}",
               flush=True)
-    resident = next((r["images_per_s"] for r in rows if r["placement"] == "resident"), None)
+    # the last resident run (with --repeat, the one whose programs were loaded)
+    resident = next((r["images_per_s"] for r in reversed(rows) if r["placement"] == "resident"),
+                    None)
     for row in rows:
         if "images_per_s" not in row:
             print(f"{row['placement']:14s} {row['wall_s']:.2f} s", flush=True)
             continue
         share = f", {100 * row['images_per_s'] / resident:.1f} % of resident" if resident else ""
         setup = f"; set-up {row['setup_s']:.1f} s" if "setup_s" in row else ""
-        print(f"{row['placement']:14s} {row['images']:7d} images: {row['images_per_s']:7.0f} "
-              f"images/s{share}{setup}, read from disk {row['disk_read_gb']:.1f} GB", flush=True)
+        trained = f", {row['images_trained']} trained" if "images_trained" in row else ""
+        print(f"{row['placement']:14s} {row['images']:7d} images{trained}: "
+              f"{row['images_per_s']:7.0f} images/s{share}{setup}, read from disk "
+              f"{row['disk_read_gb']:.1f} GB", flush=True)
     print(f"the group (limit {args.memory_gb:g} GiB): {memory}", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"images": args.images, "folder": args.folder, "runs": runs,
-                       "checkpoints": args.checkpoints, "set_gb": size_gb,
+                       "checkpoints": args.checkpoints, "compile_cache": args.compile_cache,
+                       "repeat": args.repeat, "set_gb": size_gb,
                        "memory_gb": args.memory_gb, "group": memory, "rows": rows,
                        "returncode": returncode}, f, indent=1)
 
