@@ -80,7 +80,8 @@ class PlainIndexing:
         return self.images[index]
 
 order = epoch_order(len(images), 128, 1, "every-epoch", 1)[:read_batches]
-for name, kind in (("read-advised", jf.data.ImageSet), ("read-plain", PlainIndexing)):
+readers = (("read-advised", jf.data.ImageSet), ("read-plain", PlainIndexing))
+for name, kind in readers if read_batches else ():  # --read-batches 0: skipped
     drop_pages()
     mapped = np.load(path, mmap_mode="r")  # its own map: unmapped after, so its pages can go
     source = kind(mapped, labels, names) if kind is jf.data.ImageSet else kind(mapped)
