@@ -8,7 +8,8 @@ Each round runs every tree in a fresh process (``PYTHONPATH`` first), which draw
 ``--repeats`` times after one untimed draw (fonts and caches warm, as at a run's end) and
 prints the median seconds of building and of ``savefig`` (100 dpi). Charts: the sweep's (10
 classes, 5,000 test images) and the Flowers example's (5 classes, 367); "grid": the sweep's
-progress grid of 4 jobs x 9,360 iterations drawn and saved whole (``save``: as at a job's end).
+progress grid of 4 jobs x 9,360 iterations drawn and saved whole (``save``: as at a job's end);
+"progress": the Flowers example's training-progress view of 2,080 iterations, drawn and saved.
 """
 import argparse
 import json
@@ -66,6 +67,30 @@ for r in range(repeats + 1):
     if r:
         times.append(time.perf_counter() - start)
 row["grid"] = {"build_s": 0.0, "save_s": statistics.median(times)}
+
+# The Flowers example's training-progress view as its last frame is drawn and saved: 80
+# epochs of 26 iterations, validated every 103 (the file is written by its own thread, so
+# ``save`` here times the same drawing in the caller).
+from jaxflowers.plots import TrainingProgressPlot
+n, per_epoch = 2080, 26
+validated = np.arange(103, n + 1, 103)
+info = {"iteration": np.arange(1, n + 1), "epoch": np.arange(n) // per_epoch + 1,
+        "accuracy": 100 * rng.random(n), "loss": rng.random(n), "learn_rate": np.full(n, 0.02),
+        "validation_iteration": validated, "validation_accuracy": 100 * rng.random(validated.size),
+        "validation_loss": rng.random(validated.size), "num_devices": [1],
+        "stop_reason": ["max epochs"]}
+plot = TrainingProgressPlot(path=f"{out}-progress.png", max_epochs=80,
+                            iterations_per_epoch=per_epoch, validation_frequency=103,
+                            hardware="1 x NVIDIA H200 (shard_map)", stream=sys.stderr)
+times = []
+for r in range(repeats + 1):
+    plot.update(dict(info))  # new data: the next save draws the figure again
+    start = time.perf_counter()
+    plot.save(f"{out}-progress.png", dpi=100)
+    if r:
+        times.append(time.perf_counter() - start)
+plot.close()
+row["progress"] = {"build_s": 0.0, "save_s": statistics.median(times)}
 print(json.dumps(row))
 """
 
@@ -96,7 +121,7 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     print(f"{'tree':10s} {'chart':8s} {'build s (median of rounds)':>28s} {'save s':>8s}")
     for name, _ in trees:
-        for chart in ("sweep", "flowers", "grid"):
+        for chart in ("sweep", "flowers", "grid", "progress"):
             mine = [r[chart] for r in rows if r["tree"] == name]
             print(f"{name:10s} {chart:8s} {statistics.median(m['build_s'] for m in mine):28.3f} "
                   f"{statistics.median(m['save_s'] for m in mine):8.3f}")

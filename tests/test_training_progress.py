@@ -206,6 +206,56 @@ def test_gpu_panel_from_a_monitor(tmp_path):
     assert [line.get_label() for line in gpu.lines] == ["GPU 2", "GPU 3"]
 
 
+def test_the_view_keeps_its_title_axes_legends_and_information_apart(tmp_path):
+    """Laid out by fixed margins: the title, each panel's tick labels and labels, the epochs'
+    axis, the legends and every line of the information panel lie inside the figure and
+    apart, with metric and GPU panels and with a hardware name too long for the usual panel
+    (which then widens and the panels narrow)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    info = make_info(validation_metrics={"fscore": np.array([0.2, 0.5, 0.9])},
+                     loss=np.geomspace(2.0, 2e-4, 12))
+    widths = {}
+    for name, hardware, monitor, metrics in (
+            ("plain", "1 x NVIDIA H200 (shard_map)", None, ()),
+            ("long", "8 x NVIDIA GeForce RTX 4090 Laptop GPU (shard_map)", FakeMonitor(),
+             ("fscore",))):
+        plot = TrainingProgressPlot(path=tmp_path / f"{name}.png", hardware=hardware,
+                                    monitor=monitor, metrics=metrics, max_epochs=3,
+                                    iterations_per_epoch=4, validation_frequency=4)
+        plot.close(info)
+        figure = plot.figure
+        renderer = FigureCanvasAgg(figure).get_renderer()
+        figure.draw(renderer)
+        boxes = {"title": figure._suptitle.get_window_extent(renderer)}
+        panels = [ax for ax in figure.axes if ax.get_gid() != "information"]
+        (panel,) = [ax for ax in figure.axes if ax.get_gid() == "information"]
+        for k, ax in enumerate(panels):
+            boxes[f"axes {k} frame"] = ax.get_window_extent(renderer)
+            for axis_name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+                box = axis.get_tightbbox(renderer)
+                if box is not None and box.width and box.height:
+                    boxes[f"axes {k} {axis_name}"] = box
+            if ax.get_legend() is not None:
+                boxes[f"axes {k} legend"] = ax.get_legend().get_window_extent(renderer)
+            for child in ax.child_axes:  # the epochs' axis on top
+                boxes[f"axes {k} epochs"] = child.xaxis.get_tightbbox(renderer)
+        for k, text in enumerate(panel.texts):
+            boxes[f"information {k}"] = text.get_window_extent(renderer)
+        assert any(t.get_text() == hardware for t in panel.texts)
+        names = list(boxes)
+        for i, box_name in enumerate(names):
+            box = boxes[box_name]
+            assert figure.bbox.x0 <= box.x0 and box.x1 <= figure.bbox.x1 + 0.5, (name, box_name)
+            assert figure.bbox.y0 <= box.y0 and box.y1 <= figure.bbox.y1 + 0.5, (name, box_name)
+            for other in names[i + 1:]:
+                same = box_name.split()[:2] == other.split()[:2] and box_name.startswith("axes")
+                assert same or not box.overlaps(boxes[other]), \
+                    f"{name}: {box_name} overlaps {other}"
+        widths[name] = panels[0].get_position().width
+    assert widths["long"] < widths["plain"]  # the panels gave the long name room
+
+
 SCRIPT = """
 import jaxflowers as jf
 
