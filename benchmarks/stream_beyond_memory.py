@@ -278,8 +278,7 @@ def main() -> None:
             continue
         share = f", {100 * row['images_per_s'] / resident:.1f} % of resident" if resident else ""
         setup = f"; set-up {row['setup_s']:.1f} s" if "setup_s" in row else ""
-        trained = f", {row['images_trained']} trained" if "images_trained" in row else ""
-        print(f"{row['placement']:14s} {row['images']:7d} images{trained}: "
+        print(f"{row['placement']:14s} {row['images']:7d} images, {row['images_trained']} trained: "
               f"{row['images_per_s']:7.0f} images/s{share}{setup}, read from disk "
               f"{row['disk_read_gb']:.1f} GB", flush=True)
     print(f"the group (limit {args.memory_gb:g} GiB): {memory}", flush=True)
