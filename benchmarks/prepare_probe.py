@@ -12,8 +12,10 @@ def child_command(code: str) -> list:
     return [sys.executable, "-c", f"import sys; sys.path.insert(0, {HERE!r})\n{code}"]
 
 
-def stop_in_prepare(model: str, probe, *, num_images: int = 256, execution=None) -> None:
-    """Call ``train`` until its ``TrainProgram.prepare``, which runs ``probe(program)`` instead."""
+def stop_in_prepare(model: str, probe, *, num_images: int = 256, execution=None,
+                    network=None) -> None:
+    """Call ``train`` until its ``TrainProgram.prepare``, which runs ``probe(program)`` instead.
+    ``network``: the module to train (default the bench's ``model``)."""
     import jaxflowers as jf
     from jaxflowers import bench
     from jaxflowers.training import program as program_lib
@@ -33,7 +35,8 @@ def stop_in_prepare(model: str, probe, *, num_images: int = 256, execution=None)
                                  mini_batch_size=128, augmentation=spec.augmentation,
                                  verbose=False, plots="none", shuffle="every-epoch")
     try:
-        run_lib.train(data, spec.build(), options, execution=execution)
+        run_lib.train(data, spec.build() if network is None else network, options,
+                      execution=execution)
     except Reached:
         return
     raise RuntimeError("train did not reach TrainProgram.prepare")

@@ -1,6 +1,7 @@
 """The cold-start benchmark runs against the package as it is: its pieces compile the programs
 ``train`` builds (here for the sweep's network, on a tiny folder), so a change of their
 signatures cannot leave it broken unnoticed."""
+import importlib.util
 import json
 import os
 import pathlib
@@ -25,3 +26,34 @@ def test_cold_start_compiles_each_piece_of_the_sweeps_network(tmp_path, piece):
     row = json.loads(result.stdout.strip().splitlines()[-1])
     assert row["piece"] == piece and row["model"] == "cifar_net:1"
     assert row["compile"]["wall_s"] > 0
+
+
+def _gpu_kernels():
+    spec = importlib.util.spec_from_file_location("gpu_kernels",
+                                                  ROOT / "benchmarks" / "gpu_kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_kernels_counts_one_iteration_of_the_loop_and_what_is_outside_it():
+    # An optimized GPU module's shape: a loop whose body trains in one branch of a conditional.
+    counted = _gpu_kernels().count((ROOT / "tests" / "fixtures" / "gpu_block.hlo").read_text())
+    # condition 1 + body: the branch test 1, the training branch 3 (the larger one)
+    assert counted["per_iteration"] == 5 and counted["per_dispatch"] == 1
+    assert counted["by_kind"] == {"fusion (loop)": 3, "cudnn": 1,
+                                  "fusion (reduce/transpose)": 1}
+    assert counted["by_place"] == {"other": 3, "forward": 1, "backward": 1}
+
+
+def test_gpu_kernels_reads_the_module_xla_compiles_here():
+    import jax
+    import jax.numpy as jnp
+
+    def block(x):
+        return jax.lax.scan(lambda c, _: (jnp.tanh(c @ c) + 1, c.sum()), x, length=4)
+
+    hlo = jax.jit(block).lower(jnp.ones((8, 8))).compile().as_text()
+    counted = _gpu_kernels().count(hlo)
+    assert counted["per_iteration"] >= 2  # the product, and the sum or the update
+    assert all(x["loop"] for x in counted["launches"])
