@@ -1,12 +1,14 @@
 """The hand-written fast paths equal the straightforward versions: batch norm (+ ReLU)
 against flax.linen.BatchNorm, max pooling against flax.linen.max_pool, flat parameters against
-the per-leaf tree, the space-to-depth stem against the plain 7x7 stride-2 convolution."""
+the per-leaf tree, the space-to-depth stem against the plain 7x7 stride-2 convolution, a block
+of iterations against as many single ones, the step's cross-entropy against optax's."""
 import functools
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
@@ -18,7 +20,7 @@ from jaxflowers.models.stem import StemConv
 from jaxflowers.parallel import REPLICATED, DataParallel, sharded
 from jaxflowers.training.layout import FlatParams
 from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
-from jaxflowers.training.step import StepConfig, init_state, train_block
+from jaxflowers.training.step import StepConfig, cross_entropy, init_state, train_block
 
 X = jax.random.normal(jax.random.PRNGKey(0), (8, 5, 5, 6)) * 2 + 1
 W = jax.random.normal(jax.random.PRNGKey(2), X.shape)
@@ -255,3 +257,54 @@ def test_resnet_stems_compute_the_same_network():
                                conv.apply(variables, x, train=False), rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="stem='s2d'"):
         model.clone(stem="s2d").init(jax.random.PRNGKey(0), x, train=False)
+
+
+def test_a_block_of_iterations_trains_like_as_many_single_ones():
+    """Several iterations per dispatch (as on GPUs) draw every iteration's augmentation before
+    their loop and stop at the limit: the same images, updates and metrics as one iteration
+    per dispatch, zeros for the iterations past the limit, on 2 devices."""
+    parallel = DataParallel(jax.devices()[:2])
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8)
+    labels = rng.integers(0, 4, 40).astype(np.int32)
+    opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=0.05, mini_batch_size=8,
+                              max_epochs=1)
+    model = jf.models.cifar_net(1, num_classes=4, width=4)
+    augmentation = jf.data.Augmentation(reflect_x=True, reflect_y=True, translate_x=(-3, 3),
+                                        translate_y=(-2, 2))
+    cfg = StepConfig(model=model, tx=make_optimizer(opts, 5), schedule=learn_rate_schedule(
+        opts, 5), augmentation=augmentation, dtype=np.float32, sync_batch_norm=False)
+    order = rng.permutation(40).astype(np.int32).reshape(5, 8)
+    args = [parallel.put(images), parallel.put(labels), parallel.put(order, sharded(1)),
+            parallel.put((np.full(3, 120, np.float32), np.full(3, 60, np.float32)))]
+    specs = (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 2
+    runs = []
+    for length, calls in ((1, 4), (3, 2)):  # iterations 0-3, the limit 4
+        block = parallel.wrap(functools.partial(train_block, cfg=cfg, length=length), specs,
+                              (REPLICATED, REPLICATED))
+        state = parallel.put(init_state(model, cfg.tx, (32, 32, 3), seed=3))
+        metrics = []
+        for _ in range(calls):
+            state, out = block(state, *args, parallel.put(np.int32(4)))
+            metrics.append(parallel.get(out))
+        runs.append((parallel.get(cfg.variables(state)), int(parallel.get(state.step)),
+                     {k: np.concatenate([m[k] for m in metrics]) for k in metrics[0]}))
+    (single, single_steps, single_metrics), (blocked, blocked_steps, blocked_metrics) = runs
+    assert single_steps == blocked_steps == 4
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6),
+                 single, blocked)
+    for name in ("loss", "accuracy", "learn_rate", "finite"):
+        np.testing.assert_allclose(blocked_metrics[name][:4], single_metrics[name], rtol=1e-5)
+        assert blocked_metrics[name][4:].tolist() == [0.0, 0.0]  # past the limit
+    assert single_metrics["finite"].tolist() == [1.0] * 4
+
+
+def test_the_steps_cross_entropy_equals_optax_in_value_and_gradient():
+    logits = jax.random.normal(jax.random.PRNGKey(0), (16, 10)) * 30  # large: the max matters
+    labels = jax.random.randint(jax.random.PRNGKey(1), (16,), 0, 10)
+    reference = optax.softmax_cross_entropy_with_integer_labels
+    np.testing.assert_allclose(cross_entropy(logits, labels), reference(logits, labels),
+                               rtol=1e-6)
+    ours = jax.grad(lambda z: cross_entropy(z, labels).mean())(logits)
+    theirs = jax.grad(lambda z: reference(z, labels).mean())(logits)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-9)

@@ -6,12 +6,12 @@ on 1 or N devices. JAX is imported inside the functions (a sweep's caller must n
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import jax
 
-__all__ = ["Augmentation", "normalize", "translate"]
+__all__ = ["Augmentation", "Draws", "normalize", "translate"]
 
 
 def _check_range(name: str, value) -> tuple[int, int]:
@@ -67,30 +67,66 @@ class Augmentation:
 
         Returns (B, H', W', C) of the input dtype; H', W' differ only with ``random_crop``.
         """
+        return self.apply(images, self.draw(keys, images.shape[1:3]))
+
+    def draw(self, keys: jax.Array, image_size: tuple[int, int]) -> Draws:
+        """Each sample's random choices, from its key ((B,) typed or (B, 2) raw keys), for
+        (H, W) images. Drawn apart from ``apply``, a training block draws all its iterations'
+        choices in one program step, before its loop."""
         import jax
 
-        return jax.vmap(self._one)(images, keys)
+        return jax.vmap(lambda key: self._draw(key, image_size))(keys)
 
-    def _one(self, image: jax.Array, key: jax.Array) -> jax.Array:
+    def apply(self, images: jax.Array, draws: Draws) -> jax.Array:
+        """(B, H, W, C) ``images`` of any dtype transformed by ``draws`` (from ``draw``)."""
         import jax
+
+        return jax.vmap(self._apply)(images, draws)
+
+    def _draw(self, key: jax.Array, image_size: tuple[int, int]) -> Draws:
+        import jax
+        import jax.numpy as jnp
+
+        k_fx, k_fy, k_tx, k_ty, k_cy, k_cx = jax.random.split(key, 6)
+        no = jnp.zeros((), bool)
+        zero = jnp.zeros((), jnp.int32)
+        shifts = crop = (zero, zero)
+        if self.translate_x != (0, 0) or self.translate_y != (0, 0):
+            shifts = (jax.random.randint(k_tx, (), self.translate_x[0], self.translate_x[1] + 1),
+                      jax.random.randint(k_ty, (), self.translate_y[0], self.translate_y[1] + 1))
+        if self.random_crop is not None:
+            crop = (jax.random.randint(k_cy, (), 0, image_size[0] - self.random_crop[0] + 1),
+                    jax.random.randint(k_cx, (), 0, image_size[1] - self.random_crop[1] + 1))
+        return Draws(flip_x=jax.random.bernoulli(k_fx) if self.reflect_x else no,
+                     flip_y=jax.random.bernoulli(k_fy) if self.reflect_y else no,
+                     dx=shifts[0], dy=shifts[1], y0=crop[0], x0=crop[1])
+
+    def _apply(self, image: jax.Array, draws: Draws) -> jax.Array:
         import jax.numpy as jnp
         from jax import lax
 
-        k_fx, k_fy, k_tx, k_ty, k_cy, k_cx = jax.random.split(key, 6)
         if self.reflect_x:
-            image = jnp.where(jax.random.bernoulli(k_fx), image[:, ::-1], image)
+            image = jnp.where(draws.flip_x, image[:, ::-1], image)
         if self.reflect_y:
-            image = jnp.where(jax.random.bernoulli(k_fy), image[::-1], image)
+            image = jnp.where(draws.flip_y, image[::-1], image)
         if self.translate_x != (0, 0) or self.translate_y != (0, 0):
-            dx = jax.random.randint(k_tx, (), self.translate_x[0], self.translate_x[1] + 1)
-            dy = jax.random.randint(k_ty, (), self.translate_y[0], self.translate_y[1] + 1)
-            image = translate(image, dx, dy)
+            image = translate(image, draws.dx, draws.dy)
         if self.random_crop is not None:
             height, width = self.random_crop
-            y0 = jax.random.randint(k_cy, (), 0, image.shape[0] - height + 1)
-            x0 = jax.random.randint(k_cx, (), 0, image.shape[1] - width + 1)
-            image = lax.dynamic_slice(image, (y0, x0, 0), (height, width, image.shape[2]))
+            image = lax.dynamic_slice(image, (draws.y0, draws.x0, 0),
+                                      (height, width, image.shape[2]))
         return image
+
+
+class Draws(NamedTuple):
+    """One sample's random choices (or a batch's, one per sample, along leading axes)."""
+
+    flip_x: jax.Array  # bool: mirror left-right
+    flip_y: jax.Array  # bool: mirror top-bottom
+    dx: jax.Array  # int32: shift right, pixels
+    dy: jax.Array  # int32: shift down, pixels
+    y0: jax.Array  # int32: the crop's top row
+    x0: jax.Array  # int32: the crop's left column
 
 
 def translate(image: jax.Array, dx, dy) -> jax.Array:
@@ -98,11 +134,12 @@ def translate(image: jax.Array, dx, dy) -> jax.Array:
     import jax.numpy as jnp
 
     # Two gathers and a mask, which XLA fuses into one pass; padding would need a large temporary.
+    # The indices are clipped, so the gathers need no bounds checks of their own.
     height, width = image.shape[:2]
     ys = jnp.arange(height) - dy
     xs = jnp.arange(width) - dx
-    moved = jnp.take(image, jnp.clip(ys, 0, height - 1), axis=0)
-    moved = jnp.take(moved, jnp.clip(xs, 0, width - 1), axis=1)
+    moved = image.at[jnp.clip(ys, 0, height - 1)].get(mode="promise_in_bounds")
+    moved = moved.at[:, jnp.clip(xs, 0, width - 1)].get(mode="promise_in_bounds")
     inside = ((ys >= 0) & (ys < height))[:, None] & ((xs >= 0) & (xs < width))[None, :]
     return jnp.where(inside[..., None], moved, jnp.zeros((), image.dtype))
 

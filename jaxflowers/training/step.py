@@ -25,7 +25,7 @@ from jaxflowers.training import learn_rates
 from jaxflowers.training.layout import FlatParams
 
 __all__ = ["SEED", "StepConfig", "TrainState", "init_program", "init_state", "init_variables",
-           "sample_keys", "train_block", "train_step", "train_streamed"]
+           "cross_entropy", "sample_keys", "train_block", "train_step", "train_streamed"]
 
 
 @flax.struct.dataclass
@@ -123,20 +123,26 @@ def _overlay(tree, start, path: tuple):
             for key, value in tree.items()}
 
 
-def sample_keys(state: TrainState, batch_size: int) -> jax.Array:
+def sample_keys(state: TrainState, batch_size: int, step=None) -> jax.Array:
     """One PRNG key per sample of this device's rows, by (step, position in the global batch).
 
-    So the same seed augments alike on 1 or N devices."""
-    step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), state.step)
+    So the same seed augments alike on 1 or N devices. ``step``: the iteration (default the
+    state's next)."""
+    step = state.step if step is None else step
+    step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
     positions = lax.axis_index(AXIS) * batch_size + jnp.arange(batch_size)
     return jax.vmap(lambda p: jax.random.fold_in(step_key, p))(positions)
 
 
 def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
-               cfg: StepConfig) -> tuple[TrainState, dict]:
-    """One iteration on this device's (b, H, W, C) uint8 images and (b,) labels."""
+               cfg: StepConfig, draws=None) -> tuple[TrainState, dict]:
+    """One iteration on this device's (b, H, W, C) uint8 images and (b,) labels; ``draws``:
+    the augmentation's choices for them, drawn here when None."""
     if cfg.augmentation is not None:
-        images = cfg.augmentation(images, sample_keys(state, images.shape[0]))
+        if draws is None:
+            draws = cfg.augmentation.draw(sample_keys(state, images.shape[0]),
+                                          images.shape[1:3])
+        images = cfg.augmentation.apply(images, draws)
     x = normalize(images, stats[0], stats[1], cfg.dtype)
 
     stats_tree = state.batch_stats if cfg.flat is None else cfg.flat.stats_tree(state.batch_stats)
@@ -147,7 +153,7 @@ def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
             logits, updates = cfg.model.apply(
                 {"params": params, "batch_stats": stats_tree}, x, train=True,
                 mutable=["batch_stats"])
-        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        loss = cross_entropy(logits, labels).mean()
         return loss, (logits, updates["batch_stats"])
 
     params = cfg.variables(state)["params"]
@@ -188,6 +194,15 @@ def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
     return new_state, metrics
 
 
+def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Per-sample softmax cross-entropy of (B, K) logits and (B,) integer labels.
+
+    ``optax.softmax_cross_entropy_with_integer_labels``'s values; the label's logit is picked
+    by a mask, whose gradient is elementwise, not a scatter (a kernel of its own on GPUs)."""
+    picked = jnp.where(labels[:, None] == jnp.arange(logits.shape[-1]), logits, 0)
+    return jax.nn.logsumexp(logits, axis=-1) - jnp.sum(picked, axis=-1)
+
+
 def _all_finite(tree) -> jax.Array:
     """Whether every element of every leaf is finite (one reduction per leaf)."""
     return jnp.all(jnp.stack([jnp.isfinite(leaf).all() for leaf in jax.tree.leaves(tree)]))
@@ -203,32 +218,51 @@ def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: 
       order: (total_steps, b) int32, this device's columns of every iteration's batch.
       stats: per-channel (mean, std), float32 (C,) each.
       limit: int32 scalar; later iterations (and all after a halt) are skipped.
-      length: static number of scan iterations.
+      length: static, the most iterations it runs.
 
     Returns:
       The new state and per-iteration metrics, each (length,).
     """
     def one(state):
         idx = lax.dynamic_index_in_dim(order, state.step, keepdims=False)
-        return train_step(state, jnp.take(images, idx, axis=0), jnp.take(labels, idx, axis=0),
-                          stats, cfg)
+        return train_step(state, *_rows((images, labels), idx), stats, cfg)
 
     if length == 1:
         return _single(one, state)
 
-    zeros = {name: jnp.float32(0) for name in ("loss", "accuracy", "learn_rate", "finite")}
+    # A while loop, not a scan with a branch per iteration: it stops at the limit or a halt,
+    # and its body carries no branch, whose operands and results XLA copies each iteration.
+    first, names = state.step, ("loss", "accuracy", "learn_rate", "finite")
+    end = jnp.minimum(first + length, limit)
+    draws = None
+    if cfg.augmentation is not None:  # every iteration's choices at once, before the loop
+        size = images.shape[1:3]
+        draws = jax.vmap(lambda step: cfg.augmentation.draw(
+            sample_keys(state, order.shape[1], step), size))(first + jnp.arange(length))
 
-    def body(state, _):
-        # Gather outside the branch: the branch's operands are then the state and one
-        # batch, not the whole resident data set.
-        idx = lax.dynamic_index_in_dim(order, jnp.minimum(state.step, order.shape[0] - 1),
-                                       keepdims=False)
-        batch = (jnp.take(images, idx, axis=0), jnp.take(labels, idx, axis=0))
-        return lax.cond((state.step < limit) & (state.halted == 0),
-                        lambda s, b: train_step(s, *b, stats, cfg),
-                        lambda s, b: (s, zeros), state, batch)
+    def running(carry):
+        state, _ = carry
+        return (state.step < end) & (state.halted == 0)
 
-    return lax.scan(body, state, None, length=length)
+    def body(carry):
+        state, rows = carry
+        i = state.step - first
+        idx = lax.dynamic_index_in_dim(order, state.step, keepdims=False)
+        mine = None if draws is None else jax.tree.map(
+            lambda d: lax.dynamic_index_in_dim(d, i, keepdims=False), draws)
+        state, metrics = train_step(state, *_rows((images, labels), idx), stats, cfg, mine)
+        row = jnp.stack([metrics[name] for name in names])
+        return state, lax.dynamic_update_index_in_dim(rows, row, i, 0)
+
+    # Iterations after the limit or a halt keep zeros, as their metrics always were.
+    state, rows = lax.while_loop(running, body,
+                                 (state, jnp.zeros((length, len(names)), jnp.float32)))
+    return state, {name: rows[:, j] for j, name in enumerate(names)}
+
+
+def _rows(arrays: tuple, idx) -> tuple:
+    """Each array's rows ``idx``: one batch of the resident set, whose indices are in range."""
+    return tuple(a.at[idx].get(mode="promise_in_bounds") for a in arrays)
 
 
 def train_streamed(state: TrainState, images, labels, stats, *,
