@@ -3,7 +3,7 @@ a machine without one (XLA's compile-only CUDA devices), for package trees side 
 
     pip install "jax[cuda12]"   # the CUDA plugin: no GPU or driver is needed to compile
     python benchmarks/gpu_kernels.py --tree old=OLD --tree new=. [--models cifar_net:1 ...]
-        [--gpu h200] [--list] [--out FILE.json]
+        [--gpu h200] [--list] [--hlo DIR] [--out FILE.json]
 
 Each tree's ``train`` is stopped in ``TrainProgram.prepare`` (as ``trace_time.py`` does) with
 the choices it makes on a GPU (bfloat16, one parameter vector, its iterations per dispatch,
@@ -171,11 +171,15 @@ def main() -> None:
                         default=["cifar_net:1", "cifar_net:2", "cifar_net:3", "cifar_net:4"])
     parser.add_argument("--gpu", choices=sorted(GPUS), default="h200")
     parser.add_argument("--list", action="store_true", help="print every launch of an iteration")
+    parser.add_argument("--hlo", help="keep each compiled module's text in this folder")
     parser.add_argument("--out")
     args = parser.parse_args()
     target = _TARGET.format(**GPUS[args.gpu])
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
+        if args.hlo:
+            os.makedirs(args.hlo, exist_ok=True)
+            scratch = args.hlo
         for label, path in (t.split("=", 1) for t in args.tree):
             env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": os.path.abspath(path),
                    "JAX_PLATFORMS": "cpu"}

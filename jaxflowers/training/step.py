@@ -230,8 +230,8 @@ def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: 
     if length == 1:
         return _single(one, state)
 
-    # A while loop, not a scan with a branch per iteration: it stops at the limit or a halt,
-    # and its body carries no branch, whose operands and results XLA copies each iteration.
+    # A while loop that stops at the limit or a halt: no branch in its body, whose operands and
+    # results XLA would copy every iteration.
     first, names = state.step, ("loss", "accuracy", "learn_rate", "finite")
     end = jnp.minimum(first + length, limit)
     draws = None
@@ -254,7 +254,7 @@ def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: 
         row = jnp.stack([metrics[name] for name in names])
         return state, lax.dynamic_update_index_in_dim(rows, row, i, 0)
 
-    # Iterations after the limit or a halt keep zeros, as their metrics always were.
+    # Iterations after the limit or a halt report zeros.
     state, rows = lax.while_loop(running, body,
                                  (state, jnp.zeros((length, len(names)), jnp.float32)))
     return state, {name: rows[:, j] for j, name in enumerate(names)}
