@@ -259,11 +259,12 @@ def test_resnet_stems_compute_the_same_network():
         model.clone(stem="s2d").init(jax.random.PRNGKey(0), x, train=False)
 
 
-def test_a_block_of_iterations_trains_like_as_many_single_ones():
+@pytest.mark.parametrize("strategy", ["shard_map", "pmap"])
+def test_a_block_of_iterations_trains_like_as_many_single_ones(strategy):
     """Several iterations per dispatch (as on GPUs) draw every iteration's augmentation before
     their loop and stop at the limit: the same images, updates and metrics as one iteration
     per dispatch, zeros for the iterations past the limit, on 2 devices."""
-    parallel = DataParallel(jax.devices()[:2])
+    parallel = DataParallel(jax.devices()[:2], strategy)
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8)
     labels = rng.integers(0, 4, 40).astype(np.int32)
