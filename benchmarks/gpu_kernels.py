@@ -9,10 +9,11 @@ Each tree's ``train`` is stopped in ``TrainProgram.prepare`` (as ``trace_time.py
 the choices it makes on a GPU (bfloat16, one parameter vector, its iterations per dispatch,
 padded channels); its training block is compiled for the GPU and the optimized HLO's launches
 are counted: every fusion, cuDNN or cuBLAS call, copy and collective in the loop's body (one
-iteration) and outside it (once a dispatch). What XLA emits, not what the GPU runs: a cuDNN
-call may launch several kernels (a split-K reduction), and convolution and GEMM algorithms are
-picked without autotuning here. A profile on the GPU (``cifar_channels.py --profile-epochs``)
-counts the kernels themselves.
+iteration) and outside it (once a dispatch). These are what XLA emits, not what the GPU runs:
+a cuDNN call may launch several kernels (a split-K reduction), and convolution and GEMM
+algorithms are picked without autotuning here. A profile on the GPU (``cifar_channels.py
+--profile-epochs``) counts the kernels themselves. The compile's seconds are XLA's GPU
+pipeline on this machine's CPU without autotuning: a cold compile's floor were autotuning free.
 """
 import argparse
 import collections
@@ -50,6 +51,7 @@ GPUS = {
 
 CHILD = r"""
 import sys
+import time
 import jax
 import jax.numpy as jnp
 from jax.experimental import topologies
@@ -70,8 +72,12 @@ def probe(program):
     program.state_shapes = gpu.abstract(program._local_shapes)
     channels = jax.ShapeDtypeStruct((program.feed.shape[-1],), jnp.float32)
     program.stats_shape = gpu.abstract((channels, channels))
+    lowered = program.lower_block()
+    start = time.perf_counter()
+    text = lowered.compile().as_text()
+    print(f"COMPILE_S {time.perf_counter() - start:.3f}", flush=True)
     with open(out, "w") as f:
-        f.write(program.lower_block().compile().as_text())
+        f.write(text)
 
 
 spec = scaling.parse_model(model)
@@ -191,20 +197,24 @@ def main() -> None:
                     raise SystemExit(f"{label} {model}: not compiled\n{done.stderr[-3000:]}")
                 with open(hlo) as f:
                     counted = count(f.read())
+                seconds = [float(line.split()[1]) for line in done.stdout.splitlines()
+                           if line.startswith("COMPILE_S ")]
                 if args.list:
                     for x in counted["launches"]:
                         print(f"  {label} {model} {x['kind']:26} {x['name']:40} {x['op'][-90:]}")
                 rows.append({"tree": label, "model": model, "gpu": GPUS[args.gpu]["name"],
+                             "compile_s": seconds[-1] if seconds else None,
                              **{k: v for k, v in counted.items() if k != "launches"}})
                 print(json.dumps(rows[-1]), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
-    print(f"\n{'model':>12} {'tree':>8} {'per iteration':>14} {'per dispatch':>13}  by kind")
+    print(f"\n{'model':>12} {'tree':>8} {'per iteration':>14} {'per dispatch':>13} "
+          f"{'compile s':>10}  by kind")
     for row in rows:
         kinds = ", ".join(f"{k} {v}" for k, v in row["by_kind"].items())
         print(f"{row['model']:>12} {row['tree']:>8} {row['per_iteration']:>14} "
-              f"{row['per_dispatch']:>13}  {kinds}")
+              f"{row['per_dispatch']:>13} {row['compile_s'] or 0:>10.1f}  {kinds}")
 
 
 if __name__ == "__main__":
