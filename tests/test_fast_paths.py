@@ -300,6 +300,50 @@ def test_a_block_of_iterations_trains_like_as_many_single_ones(strategy):
     assert single_metrics["finite"].tolist() == [1.0] * 4
 
 
+def test_a_blocks_loop_holds_no_branch_random_bits_scatter_or_checked_gather():
+    """What makes a GPU iteration launch few kernels, read from the block's program: its loop
+    body has no branch (whose operands XLA copies every iteration), draws no random bits (the
+    augmentation's choices are drawn once, before the loop), scatters nothing, and gathers
+    only with indices known to be in range."""
+    from jax.extend import core
+
+    parallel = DataParallel(jax.devices()[:1])
+    opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=0.05, mini_batch_size=8,
+                              max_epochs=1)
+    model = jf.models.cifar_net(1, num_classes=4, width=4)
+    cfg = StepConfig(model=model, tx=make_optimizer(opts, 5), schedule=learn_rate_schedule(
+        opts, 5), augmentation=jf.data.Augmentation(reflect_x=True, translate_x=(-3, 3)),
+        dtype=np.float32, sync_batch_norm=False)
+    block = parallel.wrap(functools.partial(train_block, cfg=cfg, length=4),
+                          (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 2,
+                          (REPLICATED, REPLICATED))
+    program = block.trace(init_state(model, cfg.tx, (32, 32, 3), seed=0),
+                          np.zeros((40, 32, 32, 3), np.uint8), np.zeros(40, np.int32),
+                          np.zeros((5, 8), np.int32),
+                          (np.zeros(3, np.float32), np.ones(3, np.float32)), np.int32(4)).jaxpr
+
+    def equations(jaxpr, in_loop=False):
+        for eqn in jaxpr.eqns:
+            yield eqn, in_loop
+            loop = in_loop or eqn.primitive.name in ("while", "scan")
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, (tuple, list)) else [param]:
+                    sub = sub.jaxpr if isinstance(sub, core.ClosedJaxpr) else sub
+                    if isinstance(sub, core.Jaxpr):
+                        yield from equations(sub, loop)
+
+    found = list(equations(program.jaxpr))
+    in_loop = [eqn for eqn, inside in found if inside]
+    names = {eqn.primitive.name for eqn in in_loop}
+    assert "conv_general_dilated" in names  # the loop trains
+    assert not {"cond", "scatter", "scatter-add"} & names
+    assert not [name for name in names if name.startswith(("random_", "threefry"))]
+    assert any(eqn.primitive.name == "random_bits" for eqn, inside in found if not inside)
+    gathers = [eqn for eqn in in_loop if eqn.primitive.name == "gather"]
+    assert gathers and all(eqn.params["mode"] == jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS
+                           for eqn in gathers)
+
+
 def test_the_steps_cross_entropy_equals_optax_in_value_and_gradient():
     logits = jax.random.normal(jax.random.PRNGKey(0), (16, 10)) * 30  # large: the max matters
     labels = jax.random.randint(jax.random.PRNGKey(1), (16,), 0, 10)
