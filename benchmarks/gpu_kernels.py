@@ -13,7 +13,8 @@ iteration) and outside it (once a dispatch). These are what XLA emits, not what 
 a cuDNN call may launch several kernels (a split-K reduction), and convolution and GEMM
 algorithms are picked without autotuning here. A profile on the GPU (``cifar_channels.py
 --profile-epochs``) counts the kernels themselves. The compile's seconds are XLA's GPU
-pipeline on this machine's CPU without autotuning: a cold compile's floor were autotuning free.
+pipeline on this machine's CPU without autotuning: a cold compile's floor if autotuning were
+free.
 """
 import argparse
 import collections
