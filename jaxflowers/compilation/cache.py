@@ -1,6 +1,8 @@
 """JAX's persistent compilation cache: a repeated run loads its XLA executables from disk.
 
-The CLI and sweep jobs turn it on; notebooks call :func:`enable_compilation_cache`."""
+The CLI and sweep jobs turn it on; notebooks call :func:`enable_compilation_cache`. On a GPU
+it also holds XLA's autotuning results, which start from the package's shipped sets
+(``autotune.py``)."""
 from __future__ import annotations
 
 import os
@@ -22,9 +24,11 @@ def enable_compilation_cache(path: str | os.PathLike | None = None, *,
 
     Returns:
       The folder in use, or None when off or unwritable (then a warning; the cache is optional).
+      Autotuning results shipped for this GPU stack are copied in (``autotune.seed``).
     """
     import jax
 
+    from jaxflowers.compilation import autotune
     from jaxflowers.data.cache import default_cache_dir
     from jaxflowers.host.files import unwritable
 
@@ -42,4 +46,11 @@ def enable_compilation_cache(path: str | os.PathLike | None = None, *,
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    xla_caches = jax.config.jax_persistent_cache_enable_xla_caches or ""
+    if xla_caches == "all" or autotune.FOLDER in xla_caches:  # JAX points XLA at it
+        try:
+            autotune.seed(folder)
+        except OSError as error:  # a full disk: XLA times its candidates itself
+            warnings.warn(f"could not copy autotuning results into {folder}: {error}",
+                          stacklevel=2)
     return folder
