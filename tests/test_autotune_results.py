@@ -23,11 +23,18 @@ def _entry(i: int) -> str:
             f'codegen_backend: "Cudnn"\nbackend_config {{ value: "engine {i}" }}\n')
 
 
-def _results(folder: pathlib.Path, n: int = 3) -> pathlib.Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for i in range(n):
-        (folder / f"Ab-{i}_x=.textproto").write_text(_entry(i))
-    (folder / "tmp").mkdir()  # XLA's own scratch folder inside: not a result
+NAMES = ["Ab-0_x=.textproto", "Ab-1_x=.textproto", "CUDA 9.0, v21/Ab-2_x=.pb"]
+
+
+def _results(folder: pathlib.Path) -> pathlib.Path:
+    """Three results, one in a subfolder as XLA may keep them; XLA's half-written one and a
+    hidden file are not results."""
+    for i, name in enumerate(NAMES):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(_entry(i))
+    (folder / "tmp").mkdir()
+    (folder / "tmp" / "tmp_per_fusion_cache_1.textproto").write_text("half")
+    (folder / ".lock").write_text("")
     return folder
 
 
@@ -53,14 +60,14 @@ def test_pack_then_seed_copies_every_result_once(sets, tmp_path, monkeypatch):
     cache = tmp_path / "xla"
     target = cache / autotune.FOLDER
     target.mkdir(parents=True)
-    (target / "Ab-1_x=.textproto").write_text("XLA's own")  # kept, not overwritten
+    (target / NAMES[1]).write_text("XLA's own")  # kept, not overwritten
     assert autotune.seed(cache) == 2
-    assert (target / "Ab-1_x=.textproto").read_text() == "XLA's own"
+    assert (target / NAMES[1]).read_text() == "XLA's own"
     for i in (0, 2):
-        assert (target / f"Ab-{i}_x=.textproto").read_text() == _entry(i)
-    assert sorted(p.name for p in target.iterdir() if not p.name.startswith(".")) == [
-        f"Ab-{i}_x=.textproto" for i in range(3)]  # no temporary files left
-    (target / "Ab-0_x=.textproto").unlink()
+        assert (target / NAMES[i]).read_text() == _entry(i)
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")
+                  if p.is_file() and not p.name.startswith(".jaxflowers-")) == NAMES  # whole
+    (target / NAMES[0]).unlink()
     assert autotune.seed(cache) == 0  # the marker: a later start does not copy again
 
 
@@ -97,9 +104,9 @@ def test_a_damaged_set_is_skipped_with_its_name_and_the_rest_copied(
     monkeypatch.setattr(autotune, "installed_software", lambda: SOFTWARE)
     assert autotune.seed(tmp_path / "xla") == 3  # the good set's
     assert str(bad) in capfd.readouterr().err
-    assert sorted(p.name for p in tmp_path.rglob("*.textproto")
-                  if tmp_path / "sets" not in p.parents and "gpu-cache" not in str(p)) == [
-        f"Ab-{i}_x=.textproto" for i in range(3)]
+    target = tmp_path / "xla" / autotune.FOLDER
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")
+                  if p.is_file() and not p.name.startswith(".")) == NAMES
 
 
 def test_pack_names_what_is_missing(tmp_path):
@@ -145,8 +152,8 @@ def test_enabling_the_cache_copies_the_matching_set(sets, tmp_path):
     result = _enable(tmp_path, sets)
     assert result.returncode == 0 and result.stdout.strip() == str(tmp_path / "xla")
     assert result.stderr.startswith("0")  # no warning
-    copied = sorted((tmp_path / "xla" / autotune.FOLDER).glob("*.textproto"))
-    assert [p.read_text() for p in copied] == [_entry(i) for i in range(3)]
+    target = tmp_path / "xla" / autotune.FOLDER
+    assert [(target / name).read_text() for name in NAMES] == [_entry(i) for i in range(3)]
 
 
 def test_a_full_disk_leaves_the_cache_on_with_a_warning(sets, tmp_path):

@@ -1,13 +1,14 @@
-"""XLA's autotuning results for known GPUs, shipped with the package and copied into the cache.
+"""Sets of XLA's autotuning results, packed on one GPU and copied into other runs' caches.
 
 A cold compile on a GPU spends most of its time timing cuDNN's convolution candidates one after
 another. XLA keeps each choice in a per-fusion autotune folder inside JAX's compilation cache,
-keyed by the instruction and the GPU's description. jaxflowers ships the choices its own
-programs got on GPUs it was measured on, one set per software stack (jaxlib, CUDA plugin,
-cuDNN), and copies the set that matches this installation into that folder before anything
-compiles. A set that does not match is left alone, and a choice that is not in it is timed as
-before. ``JAXFLOWERS_AUTOTUNE_RESULTS=off`` turns the copying off; a folder there replaces the
-shipped sets (``python -m jaxflowers.compilation.autotune pack`` makes one).
+keyed by the instruction and the GPU's description. A set packs that folder as one GPU left
+it, with the jaxlib, CUDA plugin and cuDNN it was timed under; before anything compiles, the
+sets that match this installation are copied into the folder, so a fresh machine (a cluster's
+other nodes, a CI runner, a new cache) starts with those choices. A set that does not match is
+left alone, and a choice that is not in it is timed as before. The package's own sets live in
+``autotune_results/``; ``JAXFLOWERS_AUTOTUNE_RESULTS`` names another folder of sets, or is
+``off``. ``python -m jaxflowers.compilation.autotune pack CACHE`` makes a set on the GPU.
 """
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ FOLDER = "xla_gpu_per_fusion_autotune_cache_dir"  # JAX's name for it inside the
 RESULTS_ENV = "JAXFLOWERS_AUTOTUNE_RESULTS"  # "off", or a folder of sets
 SHIPPED = pathlib.Path(__file__).with_name("autotune_results")
 MANIFEST = "manifest.json"
-_ENTRY = re.compile(r"[A-Za-z0-9_=+-]+\.textproto")  # XLA's file names: a key's base64 hash
 _DEVICE = re.compile(r'device_str:\s*"([^"]*)"')
 
 
@@ -59,8 +59,18 @@ def _sets(folder: pathlib.Path) -> list[pathlib.Path]:
     return sorted(folder.glob("*.zip")) if folder.is_dir() else []
 
 
-def _entries(source: pathlib.Path) -> list[pathlib.Path]:
-    return sorted(p for p in source.iterdir() if p.is_file() and _ENTRY.fullmatch(p.name))
+def _is_entry(name: str) -> bool:
+    """A file of XLA's in the folder: relative, not hidden, outside its ``tmp/``."""
+    parts = name.split("/")
+    return "tmp" not in parts[:-1] and all(
+        p and not p.startswith(".") and "\\" not in p for p in parts)
+
+
+def _entries(source: pathlib.Path) -> list[str]:
+    """The files XLA wrote under ``source`` (its layout is its own: every file is kept, with
+    its relative path, but for half-written ones), sorted."""
+    found = (p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file())
+    return sorted(name for name in found if _is_entry(name))
 
 
 def pack(source: str | os.PathLike, dest: str | os.PathLike, *, device_kind: str,
@@ -84,15 +94,15 @@ def pack(source: str | os.PathLike, dest: str | os.PathLike, *, device_kind: str
         raise FileNotFoundError(f"{source}: no such folder of autotuning results")
     entries = _entries(source)
     if not entries:
-        raise ValueError(f"{source} holds no autotuning results (*.textproto): run a "
+        raise ValueError(f"{source} holds no autotuning results: run a "
                          "training with the compilation cache on, on the GPU, first")
     software = software or installed_software()
     if software is None:
         raise RuntimeError("no pip-installed jaxlib, CUDA plugin and cuDNN here: give software=")
     digest, devices = hashlib.sha256(), {}
     for entry in entries:
-        text = entry.read_bytes()
-        digest.update(entry.name.encode() + b"\0" + text + b"\0")
+        text = (source / entry).read_bytes()
+        digest.update(entry.encode() + b"\0" + text + b"\0")
         for device in _DEVICE.findall(text.decode(errors="replace")):
             devices[device] = devices.get(device, 0) + 1
     manifest = {"software": software, "device_kind": device_kind, "entries": len(entries),
@@ -105,7 +115,7 @@ def pack(source: str | os.PathLike, dest: str | os.PathLike, *, device_kind: str
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
             archive.writestr(MANIFEST, json.dumps(manifest, indent=1) + "\n")
             for entry in entries:
-                archive.write(entry, entry.name)
+                archive.write(source / entry, entry)
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
@@ -117,7 +127,7 @@ def _read_set(path: pathlib.Path) -> tuple[dict, zipfile.ZipFile]:
     try:
         manifest = json.loads(archive.read(MANIFEST))
         names = [n for n in archive.namelist() if n != MANIFEST]
-        bad = [n for n in names if not _ENTRY.fullmatch(n)]
+        bad = [n for n in names if not _is_entry(n)]
         if bad or len(names) != manifest["entries"] or "software" not in manifest:
             raise ValueError(f"unexpected members {bad[:3]} or counts")
     except Exception:
@@ -161,7 +171,8 @@ def seed(cache_folder: str | os.PathLike) -> int:
                 place = target / name
                 if name == MANIFEST or place.exists():
                     continue
-                tmp = target / f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+                place.parent.mkdir(parents=True, exist_ok=True)
+                tmp = place.with_name(f".{place.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
                 tmp.write_bytes(archive.read(name))
                 os.replace(tmp, place)
                 copied += 1
