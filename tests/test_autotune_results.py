@@ -128,6 +128,15 @@ def test_list_says_which_set_matches(sets, monkeypatch, capsys):
     assert "no pip-installed CUDA plugin" in out and "does not match" in out
 
 
+def test_pack_from_the_command_line_needs_the_gpu(tmp_path, monkeypatch, capsys):
+    source = _results(tmp_path / "cache" / autotune.FOLDER)
+    monkeypatch.setattr(autotune, "installed_software", lambda: SOFTWARE)
+    with pytest.raises(SystemExit):  # this machine's backend is the CPU
+        autotune.main(["pack", str(source.parent), "--out", str(tmp_path / "sets")])
+    assert "on the GPU whose results they are" in capsys.readouterr().err
+    assert not (tmp_path / "sets").exists()
+
+
 PROGRAM = """
 import sys, warnings
 from jaxflowers.compilation import autotune
