@@ -109,6 +109,12 @@ def test_a_damaged_set_is_skipped_with_its_name_and_the_rest_copied(
                   if p.is_file() and not p.name.startswith(".")) == NAMES
 
 
+def test_a_missing_folder_of_sets_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv(autotune.RESULTS_ENV, str(tmp_path / "typo"))
+    with pytest.raises(FileNotFoundError, match="JAXFLOWERS_AUTOTUNE_RESULTS=.*typo"):
+        autotune.seed(tmp_path / "xla")
+
+
 def test_pack_names_what_is_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
         autotune.pack(tmp_path / "nowhere", tmp_path / "s.zip", device_kind="x", software=SOFTWARE)

@@ -148,10 +148,17 @@ def seed(cache_folder: str | os.PathLike) -> int:
 
     Returns:
       How many entries were copied (0 when off, when nothing matches or all are there).
+
+    Raises:
+      FileNotFoundError: ``JAXFLOWERS_AUTOTUNE_RESULTS`` names no folder
+        (``enable_compilation_cache`` turns it into a warning).
     """
     setting = os.environ.get(RESULTS_ENV, "")
     if setting.lower() == "off":
         return 0
+    if setting and not os.path.isdir(setting):  # a typo would otherwise go unnoticed
+        raise FileNotFoundError(f"{RESULTS_ENV}={setting}: no such folder of autotuning sets "
+                                "(or set it to off)")
     target = pathlib.Path(cache_folder) / FOLDER
     pending = [s for s in _sets(pathlib.Path(setting) if setting else SHIPPED)
                if not (target / f".jaxflowers-{s.stem}").exists()]
