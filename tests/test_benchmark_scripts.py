@@ -28,12 +28,32 @@ def test_cold_start_compiles_each_piece_of_the_sweeps_network(tmp_path, piece):
     assert row["compile"]["wall_s"] > 0
 
 
-def _gpu_kernels():
-    spec = importlib.util.spec_from_file_location("gpu_kernels",
-                                                  ROOT / "benchmarks" / "gpu_kernels.py")
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _gpu_kernels():
+    return _script("gpu_kernels")
+
+
+def test_autotune_sets_merges_the_folders_and_asks_for_a_workload(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder, text in ((first, "from a"), (second, "from b")):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "same.textproto").write_text(text)
+        (folder / f"{folder.name}.textproto").write_text(text)
+    copied = _script("autotune_sets").merge([str(first), str(second), str(tmp_path / "no")],
+                                            str(tmp_path / "merged"))
+    merged = tmp_path / "merged"
+    assert copied == 3 and (merged / "sub" / "same.textproto").read_text() == "from a"
+    assert sorted(p.name for p in merged.iterdir()) == ["a.textproto", "b.textproto", "sub"]
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "autotune_sets.py"),
+                             "--sets", str(tmp_path / "sets")], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2 and "--sweep DATA, --example DATA or both" in result.stderr
 
 
 def test_gpu_kernels_counts_one_iteration_of_the_loop_and_what_is_outside_it():
