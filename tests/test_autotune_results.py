@@ -69,6 +69,11 @@ def test_pack_then_seed_copies_every_result_once(sets, tmp_path, monkeypatch):
                   if p.is_file() and not p.name.startswith(".jaxflowers-")) == NAMES  # whole
     (target / NAMES[0]).unlink()
     assert autotune.seed(cache) == 0  # the marker: a later start does not copy again
+    source = tmp_path / "gpu-cache" / autotune.FOLDER
+    (source / "new.textproto").write_text(_entry(3))
+    autotune.pack(source, zipped, device_kind="NVIDIA H200", software=SOFTWARE)  # a new release
+    assert autotune.seed(cache) == 2  # looked at again: the new result and the one removed
+    assert (target / "new.textproto").read_text() == _entry(3)
 
 
 @pytest.mark.parametrize("change", ["jaxlib", "cudnn", "no CUDA stack", "off"])

@@ -141,7 +141,7 @@ def seed(cache_folder: str | os.PathLike) -> int:
 
     Entries already there are kept (XLA's own, or an earlier copy). Each copied file is
     written beside its place and renamed, so a killed process leaves whole files only; a
-    marker per set makes later starts skip it at the cost of one ``stat``.
+    marker per set makes later starts skip it at the cost of two ``stat`` calls.
 
     Args:
       cache_folder: JAX's compilation cache folder.
@@ -160,11 +160,11 @@ def seed(cache_folder: str | os.PathLike) -> int:
         raise FileNotFoundError(f"{RESULTS_ENV}={setting}: no such folder of autotuning sets "
                                 "(or set it to off)")
     target = pathlib.Path(cache_folder) / FOLDER
-    pending = [s for s in _sets(pathlib.Path(setting) if setting else SHIPPED)
-               if not (target / f".jaxflowers-{s.stem}").exists()]
+    pending = [(s, target / _marker(s)) for s in _sets(pathlib.Path(setting or SHIPPED))]
+    pending = [(s, marker) for s, marker in pending if not marker.exists()]
     software = installed_software() if pending else None
     copied = 0
-    for path in pending if software else []:
+    for path, marker in pending if software else []:
         try:
             manifest, archive = _read_set(path)
         except Exception as error:  # a damaged set costs its results, never the training
@@ -183,8 +183,15 @@ def seed(cache_folder: str | os.PathLike) -> int:
                 tmp.write_bytes(archive.read(name))
                 os.replace(tmp, place)
                 copied += 1
-        (target / f".jaxflowers-{path.stem}").write_text(manifest["digest"] + "\n")
+        marker.write_text(manifest["digest"] + "\n")
     return copied
+
+
+def _marker(path: pathlib.Path) -> str:
+    """The name of the file that says a set was copied: a set replaced (a new release, a
+    repack) has another size or time, so it is looked at again."""
+    stat = path.stat()
+    return f".jaxflowers-{path.stem}-{stat.st_size}-{stat.st_mtime_ns}"
 
 
 def set_name(device_kind: str, software: dict) -> str:

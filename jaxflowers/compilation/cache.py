@@ -1,8 +1,8 @@
 """JAX's persistent compilation cache: a repeated run loads its XLA executables from disk.
 
 The CLI and sweep jobs turn it on; notebooks call :func:`enable_compilation_cache`. On a GPU
-it also holds XLA's autotuning results, which start from the package's shipped sets
-(``autotune.py``)."""
+it also holds XLA's autotuning results, which start from the sets that match this
+installation (``autotune.py``)."""
 from __future__ import annotations
 
 import os
@@ -24,7 +24,7 @@ def enable_compilation_cache(path: str | os.PathLike | None = None, *,
 
     Returns:
       The folder in use, or None when off or unwritable (then a warning; the cache is optional).
-      Autotuning results shipped for this GPU stack are copied in (``autotune.seed``).
+      Sets of autotuning results that match this GPU stack are copied in (``autotune.seed``).
     """
     import jax
 
