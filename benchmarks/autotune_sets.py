@@ -59,8 +59,9 @@ def cold_run(kind: str, data: str, extra: list[str], scratch: str, sets: str,
 
 def summary(row: dict) -> str:
     """Wall, compile (the sweep: its slowest job's) and accuracy of a row, in one line."""
-    if "wall_s" not in row:
-        return f"FAILED: {row.get('stderr_tail', '')[-300:]}"
+    if "wall_s" not in row or row.get("returncode"):
+        tail = row.get("stderr_tail") or row.get("stdout_tail") or ""
+        return f"FAILED ({row.get('returncode')}): {tail.strip()[-300:]}"
     compiles = [float(c) for c in re.findall(r"compile ([\d.]+) s", " ".join(row["jobs"]))]
     compile_s = max(compiles) if compiles else row.get("compile_s", float("nan"))
     accuracy = (" ".join(re.findall(r"(\d+\.\d+)%", " ".join(row["jobs"]))) if row["jobs"]

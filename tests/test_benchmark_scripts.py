@@ -50,6 +50,16 @@ def test_autotune_sets_merges_the_folders_and_asks_for_a_workload(tmp_path):
     merged = tmp_path / "merged"
     assert copied == 3 and (merged / "sub" / "same.textproto").read_text() == "from a"
     assert sorted(p.name for p in merged.iterdir()) == ["a.textproto", "b.textproto", "sub"]
+    summary = _script("autotune_sets").summary
+    sweep = {"wall_s": 30.61, "returncode": 0, "jobs": [
+        "job 0 (depth 1): 71.08% (compile 4.1 s, training 7.2 s; first step at 9.0 s)",
+        "job 3 (depth 4): 77.06% (compile 5.4 s, training 15.1 s; first step at 12.2 s)"]}
+    assert summary(sweep) == "wall   30.6 s, compile   5.4 s, accuracy 71.08 77.06"
+    example = {"wall_s": 30.9, "returncode": 0, "jobs": [], "compile_s": 11.3,
+               "test_accuracy": 21.53}
+    assert summary(example) == "wall   30.9 s, compile  11.3 s, accuracy 21.53"
+    assert summary({"wall_s": 300.0, "returncode": "timeout", "stdout_tail": "Run folder: x\n"}
+                   ) == "FAILED (timeout): Run folder: x"
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "autotune_sets.py"),
                              "--sets", str(tmp_path / "sets")], capture_output=True, text=True,
                             timeout=60)
