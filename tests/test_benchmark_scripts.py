@@ -35,10 +35,6 @@ def _script(name: str):
     return module
 
 
-def _gpu_kernels():
-    return _script("gpu_kernels")
-
-
 def test_autotune_sets_merges_the_folders_and_asks_for_a_workload(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     for folder, text in ((first, "from a"), (second, "from b")):
@@ -68,7 +64,8 @@ def test_autotune_sets_merges_the_folders_and_asks_for_a_workload(tmp_path):
 
 def test_gpu_kernels_counts_one_iteration_of_the_loop_and_what_is_outside_it():
     # An optimized GPU module's shape: a loop whose body trains in one branch of a conditional.
-    counted = _gpu_kernels().count((ROOT / "tests" / "fixtures" / "gpu_block.hlo").read_text())
+    fixture = (ROOT / "tests" / "fixtures" / "gpu_block.hlo").read_text()
+    counted = _script("gpu_kernels").count(fixture)
     # condition 1 + body: the branch test 1, the training branch 3 (the larger one)
     assert counted["per_iteration"] == 5 and counted["per_dispatch"] == 1
     assert counted["by_kind"] == {"fusion (loop)": 3, "cudnn": 1,
@@ -84,6 +81,6 @@ def test_gpu_kernels_reads_the_module_xla_compiles_here():
         return jax.lax.scan(lambda c, _: (jnp.tanh(c @ c) + 1, c.sum()), x, length=4)
 
     hlo = jax.jit(block).lower(jnp.ones((8, 8))).compile().as_text()
-    counted = _gpu_kernels().count(hlo)
+    counted = _script("gpu_kernels").count(hlo)
     assert counted["per_iteration"] >= 2  # the product, and the sum or the update
     assert all(x["loop"] for x in counted["launches"])

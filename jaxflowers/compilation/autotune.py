@@ -55,7 +55,9 @@ def installed_software() -> dict | None:
     return found
 
 
-def _sets(folder: pathlib.Path) -> list[pathlib.Path]:
+def _sets(setting: str) -> list[pathlib.Path]:
+    """The sets in the folder ``JAXFLOWERS_AUTOTUNE_RESULTS`` names, else the shipped ones."""
+    folder = SHIPPED if not setting or setting.lower() == "off" else pathlib.Path(setting)
     return sorted(folder.glob("*.zip")) if folder.is_dir() else []
 
 
@@ -160,7 +162,7 @@ def seed(cache_folder: str | os.PathLike) -> int:
         raise FileNotFoundError(f"{RESULTS_ENV}={setting}: no such folder of autotuning sets "
                                 "(or set it to off)")
     target = pathlib.Path(cache_folder) / FOLDER
-    pending = [(s, target / _marker(s)) for s in _sets(pathlib.Path(setting or SHIPPED))]
+    pending = [(s, target / _marker(s)) for s in _sets(setting)]
     pending = [(s, marker) for s, marker in pending if not marker.exists()]
     software = installed_software() if pending else None
     copied = 0
@@ -219,10 +221,8 @@ def main(argv=None) -> int:
         print(pack(args.cache, dest, device_kind=kind, software=software))
         return 0
     mine = installed_software()
-    setting = os.environ.get(RESULTS_ENV, "")
-    folder = pathlib.Path(setting) if setting and setting.lower() != "off" else SHIPPED
     print(f"this installation: {mine or 'no pip-installed CUDA plugin and cuDNN'}")
-    for path in _sets(folder):
+    for path in _sets(os.environ.get(RESULTS_ENV, "")):
         manifest, archive = _read_set(path)
         archive.close()
         match = "matches" if manifest["software"] == mine else "does not match"
