@@ -202,3 +202,15 @@ def test_shipped_sets_are_whole_and_say_what_they_are_for(path):
     assert len(names) == manifest["entries"] > 0 and digest.hexdigest() == manifest["digest"]
     assert all(autotune._is_entry(name) for name in names)
     assert devices == manifest["device_descriptions"]
+
+
+@pytest.mark.parametrize("path", sorted(autotune.SHIPPED.glob("*.zip")), ids=lambda p: p.name)
+def test_a_shipped_set_seeds_a_fresh_cache_on_its_own_versions(path, tmp_path, monkeypatch):
+    with zipfile.ZipFile(path) as archive:
+        manifest = json.loads(archive.read("manifest.json"))
+        entries = {n: archive.read(n) for n in archive.namelist() if n != "manifest.json"}
+    monkeypatch.delenv(autotune.RESULTS_ENV, raising=False)  # the package's own sets
+    monkeypatch.setattr(autotune, "installed_software", lambda: manifest["software"])
+    assert autotune.seed(tmp_path) == len(entries)
+    target = tmp_path / autotune.FOLDER
+    assert {name: (target / name).read_bytes() for name in entries} == entries
