@@ -56,6 +56,7 @@ def test_pack_then_seed_copies_every_result_once(sets, tmp_path, monkeypatch):
     manifest = json.loads(zipfile.ZipFile(zipped).read("manifest.json"))
     assert manifest["entries"] == 3 and manifest["software"] == SOFTWARE
     assert manifest["device_descriptions"] == {DEVICE: 3}
+    assert manifest["device_folders"] == {"CUDA 9.0, v21": 1}
     monkeypatch.setattr(autotune, "installed_software", lambda: SOFTWARE)
     cache = tmp_path / "xla"
     target = cache / autotune.FOLDER
@@ -132,7 +133,7 @@ def test_pack_names_what_is_missing(tmp_path):
 def test_list_says_which_set_matches(sets, monkeypatch, capsys):
     monkeypatch.setattr(autotune, "installed_software", lambda: SOFTWARE)
     assert autotune.main(["list"]) == 0
-    assert "3 results, NVIDIA H200, matches" in capsys.readouterr().out
+    assert "3 results, NVIDIA H200 (folders: CUDA 9.0, v21), matches" in capsys.readouterr().out
     monkeypatch.setattr(autotune, "installed_software", lambda: None)
     autotune.main(["list"])
     out = capsys.readouterr().out
@@ -202,6 +203,8 @@ def test_shipped_sets_are_whole_and_say_what_they_are_for(path):
     assert len(names) == manifest["entries"] > 0 and digest.hexdigest() == manifest["digest"]
     assert all(autotune._is_entry(name) for name in names)
     assert devices == manifest["device_descriptions"]
+    folders = [n.split("/")[0] for n in names if "/" in n]
+    assert manifest["device_folders"] == {f: folders.count(f) for f in set(folders)}
 
 
 @pytest.mark.parametrize("path", sorted(autotune.SHIPPED.glob("*.zip")), ids=lambda p: p.name)

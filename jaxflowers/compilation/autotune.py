@@ -101,14 +101,17 @@ def pack(source: str | os.PathLike, dest: str | os.PathLike, *, device_kind: str
     software = software or installed_software()
     if software is None:
         raise RuntimeError("no pip-installed jaxlib, CUDA plugin and cuDNN here: give software=")
-    digest, devices = hashlib.sha256(), {}
+    digest, devices, folders = hashlib.sha256(), {}, {}
     for entry in entries:
+        if "/" in entry:  # XLA 0.11 keeps a GPU's results in a folder named by its fingerprint
+            folders[entry.split("/")[0]] = folders.get(entry.split("/")[0], 0) + 1
         text = (source / entry).read_bytes()
         digest.update(entry.encode() + b"\0" + text + b"\0")
         for device in _DEVICE.findall(text.decode(errors="replace")):
             devices[device] = devices.get(device, 0) + 1
     manifest = {"software": software, "device_kind": device_kind, "entries": len(entries),
-                "device_descriptions": devices, "digest": digest.hexdigest(),
+                "device_descriptions": devices, "device_folders": folders,
+                "digest": digest.hexdigest(),
                 "created": datetime.date.today().isoformat()}
     dest = pathlib.Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -226,8 +229,9 @@ def main(argv=None) -> int:
         manifest, archive = _read_set(path)
         archive.close()
         match = "matches" if manifest["software"] == mine else "does not match"
-        print(f"{path.name}: {manifest['entries']} results, {manifest['device_kind']}, "
-              f"{match}")
+        folders = ", ".join(manifest.get("device_folders", {}))
+        print(f"{path.name}: {manifest['entries']} results, {manifest['device_kind']}"
+              f"{f' (folders: {folders})' if folders else ''}, {match}")
     return 0
 
 
