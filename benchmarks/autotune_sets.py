@@ -10,7 +10,8 @@ runs every workload cold with the set (``JAXFLOWERS_AUTOTUNE_RESULTS=DIR``) and 
 order alternating between rounds. A run is ``end_to_end.py KIND DATA --runs cold`` on a fresh
 scratch: every cache empty but what the set puts in. Prints each run as it ends, then a
 table; ``--out`` holds the runs so far after each one. ``--sets`` holding a set already
-skips the generating runs.
+skips the generating runs; with no set in DIR that matches this installation (another GPU's,
+other versions) it stops before any run, since "with set" would mean without.
 """
 import argparse
 import json
@@ -69,6 +70,15 @@ def summary(row: dict) -> str:
     return f"wall {row['wall_s']:6.1f} s, compile {compile_s:5.1f} s, accuracy {accuracy}"
 
 
+def matching(sets: str) -> list[str]:
+    """The lines of the package's ``list`` for the sets in ``sets`` that match this
+    installation: with none, the "with set" runs would be cold runs like the others."""
+    listed = subprocess.run([sys.executable, "-m", "jaxflowers.compilation.autotune", "list"],
+                            env=dict(os.environ, JAXFLOWERS_AUTOTUNE_RESULTS=sets),
+                            capture_output=True, text=True)
+    return [line for line in listed.stdout.splitlines() if line.endswith(", matches")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,6 +123,10 @@ def main() -> None:
             print(packed.stdout.strip() or packed.stderr.strip()[-2000:], flush=True)
             if packed.returncode:
                 sys.exit("packing the set failed")
+        if not (found := matching(sets)):
+            sys.exit(f"no set in {sets} matches this installation (python -m "
+                     "jaxflowers.compilation.autotune list): runs with it would be cold runs")
+        print("\n".join(found), flush=True)
         for r in range(args.rounds):
             modes = [("with set", sets), ("without set", "off")]
             for mode, setting in modes[::-1] if r % 2 else modes:

@@ -62,6 +62,23 @@ def test_autotune_sets_merges_the_folders_and_asks_for_a_workload(tmp_path):
     assert result.returncode == 2 and "--sweep DATA, --example DATA or both" in result.stderr
 
 
+def test_autotune_sets_refuses_sets_that_do_not_match_this_installation(tmp_path):
+    from jaxflowers.compilation import autotune
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "a.textproto").write_text('device_str: "GPU"\n')
+    software = {"jaxlib": "jaxlib==0.0.1", "plugin": "jax-cuda12-plugin==0.0.1",
+                "cudnn": "nvidia-cudnn-cu12==0.0.1"}
+    autotune.pack(tmp_path / "results", tmp_path / "sets" / "old.zip", device_kind="GPU",
+                  software=software)
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "autotune_sets.py"),
+                             "--sets", str(tmp_path / "sets"), "--sweep", str(tmp_path / "no")],
+                            capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 1 and "no set in" in result.stderr
+    assert str(tmp_path / "sets") in result.stderr and "wall" not in result.stdout
+
+
 def test_gpu_kernels_counts_one_iteration_of_the_loop_and_what_is_outside_it():
     # An optimized GPU module's shape: a loop whose body trains in one branch of a conditional.
     fixture = (ROOT / "tests" / "fixtures" / "gpu_block.hlo").read_text()
