@@ -22,8 +22,9 @@ import subprocess
 import sys
 import tempfile
 
+from jaxflowers.compilation.autotune import FOLDER  # inside end_to_end's scratch/xla
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-FOLDER = "xla_gpu_per_fusion_autotune_cache_dir"  # inside end_to_end's scratch/xla
 
 
 def merge(folders: list[str], dest: str) -> int:

@@ -104,7 +104,8 @@ def pack(source: str | os.PathLike, dest: str | os.PathLike, *, device_kind: str
     digest, devices, folders = hashlib.sha256(), {}, {}
     for entry in entries:
         if "/" in entry:  # XLA 0.11 keeps a GPU's results in a folder named by its fingerprint
-            folders[entry.split("/")[0]] = folders.get(entry.split("/")[0], 0) + 1
+            top = entry.split("/")[0]
+            folders[top] = folders.get(top, 0) + 1
         text = (source / entry).read_bytes()
         digest.update(entry.encode() + b"\0" + text + b"\0")
         for device in _DEVICE.findall(text.decode(errors="replace")):
