@@ -9,9 +9,12 @@ package's own command (``python -m jaxflowers.compilation.autotune pack``). Then
 runs every workload cold with the set (``JAXFLOWERS_AUTOTUNE_RESULTS=DIR``) and without, the
 order alternating between rounds. A run is ``end_to_end.py KIND DATA --runs cold`` on a fresh
 scratch: every cache empty but what the set puts in. Prints each run as it ends, then a
-table; ``--out`` holds the runs so far after each one. ``--sets`` holding a set already
-skips the generating runs; with no set in DIR that matches this installation (another GPU's,
-other versions) it stops before any run, since "with set" would mean without.
+table; ``--out`` holds the runs so far after each one. A set in DIR that matches this
+installation (``python -m jaxflowers.compilation.autotune list``) skips the generating runs;
+sets of other GPUs or versions stay as they are, and this installation's is packed beside
+them (so DIR may be ``jaxflowers/compilation/autotune_results``). A generating run that
+fails, or a packed set that still does not match, stops it before any timed run, since
+"with set" would mean without.
 """
 import argparse
 import json
@@ -83,7 +86,8 @@ def matching(sets: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sets", required=True, help="folder for the set (made if missing)")
+    parser.add_argument("--sets", required=True,
+                        help="folder of sets; this installation's is made there if missing")
     parser.add_argument("--sweep", help="a folder with train/ and test/ (the sweep)")
     parser.add_argument("--example", help="a folder of class folders (the Flowers example)")
     parser.add_argument("--rounds", type=int, default=1)
@@ -110,10 +114,13 @@ def main() -> None:
                 json.dump(runs, f, indent=1)
 
     with tempfile.TemporaryDirectory() as scratch:
-        if not any(name.endswith(".zip") for name in os.listdir(sets)):
+        if not matching(sets):
             for name, data, extra in work:
-                record(name, "without set", cold_run(name, data, extra, os.path.join(
-                    scratch, f"gen-{name}"), "off", args.timeout))
+                row = cold_run(name, data, extra, os.path.join(scratch, f"gen-{name}"), "off",
+                               args.timeout)
+                record(name, "without set", row)
+                if "wall_s" not in row or row.get("returncode"):
+                    sys.exit(f"the {name} run that was to fill the set failed: no set packed")
             merged = os.path.join(scratch, "merged")
             found = merge([os.path.join(scratch, f"gen-{name}", "xla", FOLDER)
                            for name, _, _ in work], merged)
