@@ -62,9 +62,14 @@ def cold_run(kind: str, data: str, extra: list[str], scratch: str, sets: str,
     return row
 
 
+def failed(row: dict) -> bool:
+    """Whether ``row`` is a run that did not finish (no wall time, or a non-zero exit)."""
+    return "wall_s" not in row or bool(row.get("returncode"))
+
+
 def summary(row: dict) -> str:
     """Wall, compile (the sweep: its slowest job's) and accuracy of a row, in one line."""
-    if "wall_s" not in row or row.get("returncode"):
+    if failed(row):
         tail = row.get("stderr_tail") or row.get("stdout_tail") or ""
         return f"FAILED ({row.get('returncode')}): {tail.strip()[-300:]}"
     compiles = [float(c) for c in re.findall(r"compile ([\d.]+) s", " ".join(row["jobs"]))]
@@ -114,24 +119,26 @@ def main() -> None:
                 json.dump(runs, f, indent=1)
 
     with tempfile.TemporaryDirectory() as scratch:
-        if not matching(sets):
+        found = matching(sets)
+        if not found:
             for name, data, extra in work:
                 row = cold_run(name, data, extra, os.path.join(scratch, f"gen-{name}"), "off",
                                args.timeout)
                 record(name, "without set", row)
-                if "wall_s" not in row or row.get("returncode"):
+                if failed(row):
                     sys.exit(f"the {name} run that was to fill the set failed: no set packed")
             merged = os.path.join(scratch, "merged")
-            found = merge([os.path.join(scratch, f"gen-{name}", "xla", FOLDER)
-                           for name, _, _ in work], merged)
-            print(f"{found} files in the autotune folders", flush=True)
+            copied = merge([os.path.join(scratch, f"gen-{name}", "xla", FOLDER)
+                            for name, _, _ in work], merged)
+            print(f"{copied} files in the autotune folders", flush=True)
             packed = subprocess.run([sys.executable, "-m", "jaxflowers.compilation.autotune",
                                      "pack", merged, "--out", sets], capture_output=True,
                                     text=True)
             print(packed.stdout.strip() or packed.stderr.strip()[-2000:], flush=True)
             if packed.returncode:
                 sys.exit("packing the set failed")
-        if not (found := matching(sets)):
+            found = matching(sets)
+        if not found:
             sys.exit(f"no set in {sets} matches this installation (python -m "
                      "jaxflowers.compilation.autotune list): runs with it would be cold runs")
         print("\n".join(found), flush=True)
