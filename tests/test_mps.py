@@ -240,3 +240,31 @@ def test_the_sweep_runs_its_shallower_half_at_low_mps_priority(fake_mps, tmp_pat
     logs = sorted(result.log_dir.glob("job-*.log"))
     assert [re.search(r"^Under MPS, client priority (\d)", log.read_text(), re.M).group(1)
             for log in logs] == ["1", "0", "0"]
+
+
+def test_warm_workers_launch_while_mps_starts_and_again_if_it_cannot(fake_mps, tmp_path,
+                                                                    monkeypatch):
+    """The client check (which starts the servers) finds the warm workers already launched;
+    when it fails, those workers (launched to join MPS) are replaced by ones that take turns."""
+    warm_logs = ("import os, pathlib, sys; scratch = pathlib.Path("
+                 "os.environ['CUDA_MPS_PIPE_DIRECTORY']).parents[1]; ")
+    monkeypatch.setattr(mps, "_PROBE", warm_logs + "sys.exit(0 if len(list(scratch.glob("
+                        "'warm-*.log'))) == 4 else 'the workers were not launched yet')")
+    names = ("CUDA_MPS_PIPE_DIRECTORY",)
+    with sweep.DevicePool("all", jobs_per_device=2, mps=True, log_dir=tmp_path / "a") as pool:
+        envs = sweep.fetch_outputs([pool.submit(sweep_jobs.environment_of, *names)
+                                    for _ in range(4)])
+    assert all(env["CUDA_MPS_PIPE_DIRECTORY"] for env in envs)
+
+    monkeypatch.setattr(mps, "_PROBE", warm_logs + "sys.exit('cuInit returned 805')")
+    with pytest.warns(UserWarning, match="cuInit returned 805"):
+        pool = sweep.DevicePool("all", jobs_per_device=2, log_dir=tmp_path / "b")
+    with pool:
+        assert pool.sharing == "time-slicing"
+        runs = [future.result(timeout=120) for future in
+                [pool.submit(sweep_jobs.report_memory_warm_then_sleep, 0, 1, 0)
+                 for _ in range(4)]]
+        envs = sweep.fetch_outputs([pool.submit(sweep_jobs.environment_of, *names)
+                                    for _ in range(2)])
+    assert [warm for *_, warm in runs] == [True] * 4  # the replacements took them
+    assert [env["CUDA_MPS_PIPE_DIRECTORY"] for env in envs] == [None, None]

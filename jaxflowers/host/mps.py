@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from jaxflowers.host import gpus as gpu_listing
 
@@ -81,8 +81,12 @@ class MpsDaemons:
                 "CUDA_VISIBLE_DEVICES": self._uuids[gpu],
                 "CUDA_MPS_CLIENT_PRIORITY": PRIORITIES[priority]}
 
-    def start(self) -> None:
+    def start(self, while_starting: Callable[[], None] | None = None) -> None:
         """Start every GPU's daemon and check that a client can join it.
+
+        Args:
+          while_starting: called once the daemons run, before the check (which starts the
+            servers): e.g. launching the clients, which join later.
 
         Raises:
           MpsError: ``nvidia-cuda-mps-control`` is missing, a daemon did not start, or a client
@@ -94,6 +98,8 @@ class MpsDaemons:
         try:
             for gpu in self.gpus:
                 self._start_one(control, gpu)
+            if while_starting is not None:
+                while_starting()
             with ThreadPoolExecutor(len(self.gpus)) as pool:
                 list(pool.map(self._probe, self.gpus))
         except BaseException:

@@ -80,11 +80,14 @@ class DevicePool:
         try:
             self._slots = make_slots(devices, jobs_per_device, self._backend.gpus(),
                                      self._backend.cpu_slots())
-            self.sharing = placement.sharing(self._slots, self._backend, mps, auto=auto)
             if warm_workers is None:
                 warm_workers = any(slot.gpu is not None for slot in self._slots)
             self._warm_workers = bool(warm_workers)
-            if self._warm_workers:
+            # the warm workers import JAX while the MPS servers start: neither needs the other
+            launch = functools.partial(self._backend.keep_warm, self._slots)
+            self.sharing = placement.sharing(self._slots, self._backend, mps, auto=auto,
+                                             while_starting=launch if warm_workers else None)
+            if self._warm_workers:  # none launched yet, or for an MPS that did not start
                 self._backend.keep_warm(self._slots)
         except BaseException:
             self._backend.close()

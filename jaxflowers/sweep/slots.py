@@ -10,7 +10,7 @@ import itertools
 import os
 import re
 import warnings
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from jaxflowers.host import gpus, mps
 
@@ -189,9 +189,11 @@ def _cpu_devices(env: Mapping[str, str], count: int) -> dict[str, str]:
     return {"XLA_FLAGS": flags, "JAX_NUM_CPU_DEVICES": str(count)}
 
 
-def sharing(slots: Sequence[Slot], backend, requested, *, auto: bool) -> str | None:
-    """How jobs packed on one GPU share it: "mps" (the backend starts it), "time-slicing"
-    (``requested`` False, or MPS could not start: a warning), or None (none packed)."""
+def sharing(slots: Sequence[Slot], backend, requested, *, auto: bool,
+            while_starting: Callable[[], None] | None = None) -> str | None:
+    """How jobs packed on one GPU share it: "mps" (the backend starts it, calling
+    ``while_starting`` once its clients' environment is known), "time-slicing" (``requested``
+    False, or MPS could not start: a warning), or None (none packed)."""
     packed = sorted({s.gpu for s in slots if s.gpu is not None
                      and (s.jobs_per_device > 1 or auto)})
     if not packed:
@@ -199,7 +201,7 @@ def sharing(slots: Sequence[Slot], backend, requested, *, auto: bool) -> str | N
     if requested is False or (requested == "auto" and mps.configured()):
         return "mps" if mps.configured() else "time-slicing"
     try:
-        return backend.share_gpus(packed)
+        return backend.share_gpus(packed, while_starting)
     except mps.MpsError as error:
         if requested is True:
             raise

@@ -50,9 +50,11 @@ class Backend(Protocol):
     def cpu_slots(self) -> int:
         """How many jobs ``devices="all"`` runs at once where there is no GPU."""
 
-    def share_gpus(self, gpus: Sequence[str]) -> str:
+    def share_gpus(self, gpus: Sequence[str],
+                   while_starting: Callable[[], None] | None = None) -> str:
         """Let the jobs packed on ``gpus`` run at the same time where the backend can;
-        "mps" or "time-slicing" (raises ``MpsError`` with the reason MPS could not start)."""
+        "mps" or "time-slicing" (raises ``MpsError`` with the reason MPS could not start).
+        ``while_starting`` runs while MPS starts, its clients' environment already set."""
 
     def prepare(self, reference: dict, arguments: Any, arrays: dict) -> Any:
         """Stage a job at submit time (encoded arguments and arrays); returns ``Job.staged``."""

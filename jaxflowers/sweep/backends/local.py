@@ -49,11 +49,16 @@ class LocalBackend:
     def gpus(self) -> list[str]:
         return devices.visible_gpus()
 
-    def share_gpus(self, gpus) -> str:
-        """Run a private MPS daemon per GPU in the scratch folder (``MpsError`` if it fails)."""
-        daemons = mps.MpsDaemons(self._scratch, gpus)
-        daemons.start()
-        self._mps = daemons
+    def share_gpus(self, gpus, while_starting=None) -> str:
+        """Run a private MPS daemon per GPU in the scratch folder (``MpsError`` if it fails);
+        workers launched by ``while_starting`` join them."""
+        self._mps = mps.MpsDaemons(self._scratch, gpus)
+        try:
+            self._mps.start(while_starting)
+        except BaseException:
+            self._mps = None
+            self._discard_warm()  # launched to join MPS
+            raise
         return "mps"
 
     def cpu_slots(self) -> int:
@@ -137,14 +142,17 @@ class LocalBackend:
     def close(self) -> None:
         """Stop the MPS daemons; remove the scratch folder (and the logs, unless they live in
         a given log_dir)."""
-        with self._warm_lock:
-            warm, self._warm = self._warm, []
-        for _, worker in warm:  # none took a job: stop them before their GPU's daemon
-            worker.discard()
+        self._discard_warm()  # none took a job: stop them before their GPU's daemon
         if self._mps is not None:
             self._mps.stop()
             self._mps = None
         shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _discard_warm(self) -> None:
+        with self._warm_lock:
+            warm, self._warm = self._warm, []
+        for _, worker in warm:
+            worker.discard()
 
     @staticmethod
     def _watch(job: Job, reader: threading.Thread, events: JobEvents) -> None:

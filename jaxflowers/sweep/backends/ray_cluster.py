@@ -103,7 +103,7 @@ class RayBackend:
         np.savez(buffer, **arrays)
         return json.dumps(spec), buffer.getvalue()
 
-    def share_gpus(self, gpus) -> str:
+    def share_gpus(self, gpus, while_starting=None) -> str:
         """Ray's GPU fractions pack tasks on a GPU; MPS on a cluster's nodes is theirs to run."""
         raise MpsError("the ray backend does not start MPS on its nodes; start it there "
                        "(nvidia-cuda-mps-control -d) or use backend='local'")
