@@ -91,12 +91,12 @@ def run_once(cmd, env, timeout: float | None = None) -> dict:
 
 def start_ups(log_dir: str, what: str = "Start-up") -> list[str]:
     """Each sweep job's "Start-up, seconds after the job reached its worker: ..." line (or its
-    "End, ..." line, or "Under MPS, client priority ..."), by job."""
+    "End, ..." line), by job."""
     lines = []
     for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
         with open(os.path.join(log_dir, name), errors="replace") as log:
-            found = re.findall(rf"^{what}, (?:seconds after the job reached its worker: )?"
-                               r"(.*)$", log.read(), re.M)
+            found = re.findall(rf"^{what}, seconds after the job reached its worker: (.*)$",
+                               log.read(), re.M)
         lines += [f"{name}: {what.lower()} {found[-1]}"] if found else []
     return lines
 
@@ -140,7 +140,6 @@ def main() -> None:
             if args.kind == "sweep":  # each job's start-up, from its log
                 logs = os.path.join(scratch, "sweep", "sweep-logs")
                 row["start_up"], row["end"] = start_ups(logs), start_ups(logs, "End")
-                row["mps_priority"] = start_ups(logs, "Under MPS")
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(f"{'run':6s} {'wall s':>8s} {'compile s':>10s} {'train s':>8s} {'rest s':>7s}")
@@ -156,8 +155,7 @@ def main() -> None:
               + (f"  FAILED rc={r['returncode']}" if r["returncode"] else ""))
         if "parts_s" in r:
             print("         " + ", ".join(f"{k} {v:.1f}" for k, v in r["parts_s"].items()))
-        for line in (r.get("jobs", []) + r.get("start_up", []) + r.get("end", [])
-                     + r.get("mps_priority", [])):
+        for line in r.get("jobs", []) + r.get("start_up", []) + r.get("end", []):
             print(f"         {line}")
     if args.out:
         with open(args.out, "w") as f:

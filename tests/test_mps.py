@@ -1,11 +1,9 @@
 """MPS for jobs packed on a GPU: a private daemon per GPU, its environment in every worker,
 stopped with the pool; a clear warning (or error) when it cannot start. A fake
 ``nvidia-cuda-mps-control`` stands in for the driver's (no GPU here)."""
-import io
 import json
 import os
 import pathlib
-import re
 import stat
 import sys
 
@@ -189,57 +187,6 @@ def test_the_sweep_command_takes_auto_and_the_mps_choice():
     bad = subprocess.run([sys.executable, "-m", "jaxflowers", "sweep", "--mps", "yes"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "invalid choice: 'yes'" in bad.stderr
-
-
-def test_a_low_priority_job_joins_its_mps_server_below_its_neighbours(fake_mps, tmp_path,
-                                                                      monkeypatch):
-    """Warm workers are launched before their jobs' priorities are known: each takes its
-    job's at the hand-over. Under a server of the user's own only "low" is set."""
-    names = ("CUDA_MPS_CLIENT_PRIORITY", "CUDA_MPS_PIPE_DIRECTORY")
-    priorities = ["low", "normal", "normal", "low"]
-    with sweep.DevicePool("all", jobs_per_device=2, log_dir=tmp_path / "ours") as pool:
-        futures = [pool.submit(sweep_jobs.environment_of, *names, priority=priority)
-                   for priority in priorities]
-        envs = sweep.fetch_outputs(futures)
-        with pytest.raises(ValueError, match=r"priority='high': use one of normal, low"):
-            pool.submit(sweep_jobs.environment_of, priority="high")
-    assert [env["CUDA_MPS_CLIENT_PRIORITY"] for env in envs] == ["1", "0", "0", "1"]
-    assert all(env["CUDA_MPS_PIPE_DIRECTORY"] for env in envs)
-    logs = sorted((tmp_path / "ours").glob("job-*.log"))
-    assert [re.search(r"^Under MPS, client priority (\d)", log.read_text(), re.M).group(1)
-            for log in logs] == ["1", "0", "0", "1"]
-
-    calls = len(_calls(fake_mps))
-    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "theirs"))
-    monkeypatch.setenv("CUDA_MPS_CLIENT_PRIORITY", "0")
-    with sweep.DevicePool("all", jobs_per_device=2, warm_workers=False,
-                          log_dir=tmp_path / "theirs-logs") as pool:
-        envs = sweep.fetch_outputs([pool.submit(sweep_jobs.environment_of, *names,
-                                                priority=priority)
-                                    for priority in ("low", "normal")])
-    assert [env["CUDA_MPS_CLIENT_PRIORITY"] for env in envs] == ["1", "0"]
-    assert len(_calls(fake_mps)) == calls  # no daemon of the pool's
-
-
-@pytest.mark.slow
-def test_the_sweep_runs_its_shallower_half_at_low_mps_priority(fake_mps, tmp_path,
-                                                              monkeypatch):
-    """On two (fake) GPUs of two jobs each under MPS, depth 1 (below the median depth 2) goes
-    low and the others normal; the sweep says so. The jobs train on the CPU."""
-    from jaxflowers.sweep.example.run import run_sweep
-
-    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    stream = io.StringIO()
-    result = run_sweep((1, 2, 3), data="digits", epochs=1, devices="all", jobs_per_device=2,
-                       mps=True, out_dir=tmp_path, stream=stream,
-                       options_overrides={"steps_per_dispatch": 1})
-    out = stream.getvalue()
-    assert "Jobs on each GPU: 2, running together under MPS; depth 1 at low MPS priority" \
-        in out, out
-    assert all(accuracy is not None for accuracy in result.validation_accuracies), out
-    logs = sorted(result.log_dir.glob("job-*.log"))
-    assert [re.search(r"^Under MPS, client priority (\d)", log.read_text(), re.M).group(1)
-            for log in logs] == ["1", "0", "0"]
 
 
 def test_warm_workers_launch_while_mps_starts_and_again_if_it_cannot(fake_mps, tmp_path,

@@ -19,12 +19,9 @@ from typing import Callable, Mapping, Sequence
 
 from jaxflowers.host import gpus as gpu_listing
 
-__all__ = ["PRIORITIES", "MpsDaemons", "MpsError", "configured"]
+__all__ = ["MpsDaemons", "MpsError", "configured"]
 
 CONTROL = "nvidia-cuda-mps-control"
-# A client's priority -> CUDA_MPS_CLIENT_PRIORITY: the server runs the kernels of its
-# "normal" clients before those of its "low" ones.
-PRIORITIES = {"normal": "0", "low": "1"}
 _SOCKET_PATH_MAX = 100  # a UNIX socket's path (pipe folder + "/control") must stay under 108
 # A client under MPS: creating a context on the one GPU the server shows starts the server.
 _PROBE = """
@@ -72,14 +69,12 @@ class MpsDaemons:
         self._folders = {gpu: base / f"mps-{i}" for i, gpu in enumerate(self.gpus)}
         self._running: list[str] = []
 
-    def environment(self, gpu: str, priority: str = "normal") -> dict[str, str]:
-        """What a client process on ``gpu`` sets in its environment to join that GPU's server
-        with ``priority`` (a key of ``PRIORITIES``)."""
+    def environment(self, gpu: str) -> dict[str, str]:
+        """What a client process on ``gpu`` sets in its environment to join that GPU's server."""
         folder = self._folders[gpu]
         return {"CUDA_MPS_PIPE_DIRECTORY": str(folder / "pipe"),
                 "CUDA_MPS_LOG_DIRECTORY": str(folder / "log"),
-                "CUDA_VISIBLE_DEVICES": self._uuids[gpu],
-                "CUDA_MPS_CLIENT_PRIORITY": PRIORITIES[priority]}
+                "CUDA_VISIBLE_DEVICES": self._uuids[gpu]}
 
     def start(self, while_starting: Callable[[], None] | None = None) -> None:
         """Start every GPU's daemon and check that a client can join it.

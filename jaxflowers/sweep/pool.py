@@ -15,7 +15,6 @@ import threading
 from concurrent.futures import wait
 from typing import Any, Callable, Sequence
 
-from jaxflowers.host.mps import PRIORITIES
 from jaxflowers.sweep import shutdown as interrupts
 from jaxflowers.sweep import slots as placement
 from jaxflowers.sweep import transfer
@@ -131,7 +130,7 @@ class DevicePool:
         return self._backend.log_dir
 
     def submit(self, fn: Callable | str, /, *args: Any, timeout: float | None = None,
-               num_devices: int = 1, priority: str = "normal", **kwargs: Any) -> JobFuture:
+               num_devices: int = 1, **kwargs: Any) -> JobFuture:
         """Schedule ``fn(*args, **kwargs)`` in a worker (MATLAB: ``parfeval``); its ``JobFuture``.
 
         Args:
@@ -141,18 +140,14 @@ class DevicePool:
           num_devices: devices the job trains on; a job of several waits until that many
             devices have no other job, then owns them whole (the devices it waits for take
             no new job meanwhile; the others go on).
-          priority: "normal" or "low": under MPS (``sharing == "mps"``) a low job's kernels
-            wait for its normal neighbours' (MPS client priority); elsewhere no effect.
 
         Raises:
           TypeError: ``fn`` is not importable by reference, or an argument is not JSON-able.
-          ValueError: a bad ``timeout`` or ``priority``, or ``num_devices`` beyond the devices.
+          ValueError: a bad ``timeout``, or ``num_devices`` beyond the pool's devices.
           RuntimeError: the pool is shut down.
         """
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
-        if priority not in PRIORITIES:
-            raise ValueError(f"priority={priority!r}: use one of {', '.join(PRIORITIES)}")
         self._check_devices(num_devices)
         if self._shutdown:
             raise RuntimeError("cannot submit jobs to a DevicePool after shutdown")
@@ -170,8 +165,7 @@ class DevicePool:
                 raise RuntimeError("cannot submit jobs to a DevicePool after shutdown")
             index = len(self._jobs)
             future = JobFuture(index, stop_job=self._stop, job_running=self._is_running)
-            job = Job(index, future, reference, staged, timeout, num_devices=num_devices,
-                      priority=priority)
+            job = Job(index, future, reference, staged, timeout, num_devices=num_devices)
             self._jobs.append(job)
             self._queue.append(job)
             self._start_queued()

@@ -22,7 +22,6 @@ class Job:
     state: str = "queued"      # queued -> running -> done
     stop_reason: str | None = None  # why the pool stops it: cancel | timeout | shutdown
     num_devices: int = 1       # devices it asked for (submit's num_devices)
-    priority: str = "normal"   # submit's priority: "normal" | "low" (MPS client priority)
     slot: Any = None           # the slots.Slot it runs on (merged over its devices)
     held: tuple = ()           # the pool's slots it holds while running
     handle: Any = None         # the backend's process or task (set by Backend.start)

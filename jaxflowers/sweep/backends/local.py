@@ -19,11 +19,9 @@ from jaxflowers.sweep.backends.process import WorkerProcess, outcome, to_result,
 __all__ = ["LocalBackend"]
 
 # Read only when a job starts JAX's GPU backend, after a warm worker has its job: a warm worker
-# launched for one slot of a GPU serves any slot and job of it (``jobs_per_device="auto"``
-# changes the memory cap of the slots it adds; a job has its MPS priority) and takes these at
-# the hand-over.
-_AT_HAND_OVER = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
-                 "CUDA_MPS_CLIENT_PRIORITY")
+# launched for one slot of a GPU serves any slot of it (``jobs_per_device="auto"`` changes
+# the memory cap of the slots it adds) and takes these at the hand-over.
+_AT_HAND_OVER = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE")
 
 
 def _launch_environment(env: dict) -> dict:
@@ -89,7 +87,7 @@ class LocalBackend:
                 self._warm.append((env, worker))
 
     def start(self, job: Job, slot: devices.Slot, events: JobEvents) -> None:
-        env = self._environment(slot, job.priority)
+        env = self._environment(slot)
         log_path = self.log_dir / f"job-{job.index:04d}.log"
         job.handle = self._take_warm(env, job.staged, log_path) or WorkerProcess(
             job.staged, env, log_path)
@@ -99,12 +97,10 @@ class LocalBackend:
         threading.Thread(target=self._watch, args=(job, reader, events), daemon=True,
                          name=f"sweep-job-{job.index}-exit").start()
 
-    def _environment(self, slot: devices.Slot, priority: str = "normal") -> dict:
+    def _environment(self, slot: devices.Slot) -> dict:
         env = devices.slot_environment(slot, os.environ, memory_fraction=self._memory_fraction)
         if self._mps is not None and slot.gpu in self._mps.gpus:
-            env.update(self._mps.environment(slot.gpu, priority))
-        elif priority != "normal" and mps.configured(env):  # the user's own MPS server
-            env["CUDA_MPS_CLIENT_PRIORITY"] = mps.PRIORITIES[priority]
+            env.update(self._mps.environment(slot.gpu))
         return env
 
     def _take_warm(self, env: dict, folder, log_path) -> WorkerProcess | None:

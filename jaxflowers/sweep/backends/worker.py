@@ -54,9 +54,6 @@ def run(folder: pathlib.Path) -> int:
     spec = json.loads((folder / "spec.json").read_text())
     sys.path[:0] = [p for p in spec["sys_path"] if p not in sys.path]
     channel.connect()
-    if os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):  # which of its pack's jobs went first
-        print(f"Under MPS, client priority {os.environ.get('CUDA_MPS_CLIENT_PRIORITY', '0')}"
-              " (0 normal, 1 low)", flush=True)
     try:
         fn = transfer.resolve_job(spec["ref"], spec.get("main_path"))
         args = transfer.rebuild(transfer.read_arguments(folder))

@@ -135,19 +135,14 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
         with signals.sigterm_raises(), DevicePool(devices, jobs_per_device, mps=mps,
                                                   log_dir=out / "sweep-logs") as pool:
             plan = _prepare(plan, stream, listings)  # the workers open finished caches, listed
-            priorities = _priorities(depths, pool.sharing)
             if pool.sharing:
                 together = "together under MPS" if pool.sharing == "mps" else "in turns"
                 count = ("as many as fit (jobs_per_device='auto')" if jobs_per_device == "auto"
                          else jobs_per_device)
-                low = [str(d) for d, p in zip(depths, priorities) if p == "low"]
-                low = (f"; depth{'s' * (len(low) > 1)} {', '.join(low)} at low MPS priority"
-                       if low else "")
-                print(f"Jobs on each GPU: {count}, running {together}{low}", file=stream)
+                print(f"Jobs on each GPU: {count}, running {together}", file=stream)
             relay = pool.after_each(Relay())  # the jobs start while the figure is made
             futures = [pool.submit(depth_job, data=plan, depth=d, max_epochs=epochs, seed=seed,
-                                   options_overrides=overrides, priority=p)
-                       for d, p in zip(depths, priorities)]
+                                   options_overrides=overrides) for d in depths]
             plot, table = _watch(pool, relay, depths, stream, start, out / "sweep_progress.png")
             interrupted = _wait(futures, pool, stream)
         outputs, outcomes = _fetch(futures, depths)
@@ -168,13 +163,6 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
                        tuple(o.error for o in outcomes), None if best is None else depths[best],
                        test and test[0]["test_accuracy"], wall, confusion_path, progress_path,
                        results_path, pool.log_dir, interrupted, best_net)
-
-
-def _priorities(depths: Sequence[int], sharing: str | None) -> list[str]:
-    """Each job's ``DevicePool.submit`` priority: under MPS the depths below the median go
-    "low", so the deepest (longest) jobs get the GPU first and the pack ends sooner."""
-    middle = sorted(depths)[len(depths) // 2]
-    return ["low" if sharing == "mps" and d < middle else "normal" for d in depths]
 
 
 def _output_folder(out_dir) -> pathlib.Path:
