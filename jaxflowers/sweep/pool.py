@@ -83,9 +83,10 @@ class DevicePool:
                 warm_workers = any(slot.gpu is not None for slot in self._slots)
             self._warm_workers = bool(warm_workers)
             # the warm workers import JAX while the MPS servers start: neither needs the other
-            launch = functools.partial(self._backend.keep_warm, self._slots)
+            launch = (functools.partial(self._backend.keep_warm, self._slots)
+                      if self._warm_workers else None)
             self.sharing = placement.sharing(self._slots, self._backend, mps, auto=auto,
-                                             while_starting=launch if warm_workers else None)
+                                             while_starting=launch)
             if self._warm_workers:  # none launched yet, or for an MPS that did not start
                 self._backend.keep_warm(self._slots)
         except BaseException:
