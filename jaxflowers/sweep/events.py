@@ -7,9 +7,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-__all__ = ["EventDispatcher", "OnlyStates", "Relay"]
+__all__ = ["MESSAGE_STATES", "EventDispatcher", "OnlyStates", "Relay"]
+
+# The "state" of the messages train_job sends (train's output_fn) and the pool adds.
+MESSAGE_STATES = ("start", "iteration", "validation", "done", "failed", "cancelled")
 
 _log = logging.getLogger(__name__)
 
@@ -79,10 +82,15 @@ class EventDispatcher:
 
 
 class OnlyStates:
-    """An ``after_each`` callback that sees only messages of some states."""
+    """An ``after_each`` callback that sees only messages of some states (``ValueError`` for a
+    state not in ``MESSAGE_STATES``)."""
 
-    def __init__(self, callback: Callable[[int, dict], Any], states: frozenset[str]):
-        self.callback, self.states = callback, states
+    def __init__(self, callback: Callable[[int, dict], Any], states: str | Iterable[str]):
+        self.states = frozenset([states] if isinstance(states, str) else states)
+        if unknown := sorted(self.states - set(MESSAGE_STATES)):
+            raise ValueError(f"after_each(states=...): {unknown} are not message states; "
+                             f"use some of {', '.join(MESSAGE_STATES)}")
+        self.callback = callback
 
     def __call__(self, job_index: int, message: dict) -> None:
         if message.get("state") in self.states:

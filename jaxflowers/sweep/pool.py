@@ -21,16 +21,13 @@ from jaxflowers.sweep import transfer
 from jaxflowers.sweep.auto import AutoSizing
 from jaxflowers.sweep.backends import make_backend
 from jaxflowers.sweep.backends.base import Job, JobEvents
-from jaxflowers.sweep.events import EventDispatcher, OnlyStates
+from jaxflowers.sweep.events import MESSAGE_STATES, EventDispatcher, OnlyStates
 from jaxflowers.sweep.futures import JobError, JobFuture, JobTimeoutError
 from jaxflowers.sweep.slots import make_slots
 
 __all__ = ["DevicePool", "MESSAGE_STATES"]
 
 _log = logging.getLogger(__name__)
-
-# The "state" of the messages train_job sends (train's output_fn) and the pool adds.
-MESSAGE_STATES = ("start", "iteration", "validation", "done", "failed", "cancelled")
 
 
 class DevicePool:
@@ -187,12 +184,6 @@ class DevicePool:
         """
         if callback is None:
             return functools.partial(self.after_each, states=states)
-        if states is not None:
-            states = frozenset([states] if isinstance(states, str) else states)
-            unknown = sorted(states - set(MESSAGE_STATES))
-            if unknown:
-                raise ValueError(f"after_each(states=...): {unknown} are not message states; "
-                                 f"use some of {', '.join(MESSAGE_STATES)}")
         self._events.add_callback(callback if states is None else OnlyStates(callback, states))
         return callback
 
