@@ -118,6 +118,7 @@ for placement in [name for name in run_names for _ in range(repeat)]:
                       "compile_s": info.compile_time, "train_s": info.train_time,
                       "images_per_s": info.images_per_second,
                       "disk_read_gb": (read_bytes() - before) / 1e9}), flush=True)
+    data = net = info = None  # a resident copy goes before the next run makes its own
 """
 
 
@@ -278,7 +279,8 @@ def main() -> None:
             continue
         share = f", {100 * row['images_per_s'] / resident:.1f} % of resident" if resident else ""
         setup = f"; set-up {row['setup_s']:.1f} s" if "setup_s" in row else ""
-        print(f"{row['placement']:14s} {row['images']:7d} images, {row['images_trained']} trained: "
+        trained = f", {row['images_trained']} trained" if "images_trained" in row else ""
+        print(f"{row['placement']:14s} {row['images']:7d} images{trained}: "
               f"{row['images_per_s']:7.0f} images/s{share}{setup}, read from disk "
               f"{row['disk_read_gb']:.1f} GB", flush=True)
     print(f"the group (limit {args.memory_gb:g} GiB): {memory}", flush=True)
