@@ -270,6 +270,13 @@ def main() -> None:
     if returncode:
         print(f"the child failed (rc {returncode}; the group: {memory}):\n{stderr[-2000:]}",
               flush=True)
+    if args.out:  # before the summary, so that the rows are kept whatever it prints
+        with open(args.out, "w") as f:
+            json.dump({"images": args.images, "folder": args.folder, "runs": runs,
+                       "checkpoints": args.checkpoints, "compile_cache": args.compile_cache,
+                       "repeat": args.repeat, "set_gb": size_gb,
+                       "memory_gb": args.memory_gb, "group": memory, "rows": rows,
+                       "returncode": returncode}, f, indent=1)
     # the last resident run (with --repeat, the one whose programs were loaded)
     resident = next((r["images_per_s"] for r in reversed(rows) if r["placement"] == "resident"),
                     None)
@@ -284,13 +291,6 @@ def main() -> None:
               f"{row['images_per_s']:7.0f} images/s{share}{setup}, read from disk "
               f"{row['disk_read_gb']:.1f} GB", flush=True)
     print(f"the group (limit {args.memory_gb:g} GiB): {memory}", flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"images": args.images, "folder": args.folder, "runs": runs,
-                       "checkpoints": args.checkpoints, "compile_cache": args.compile_cache,
-                       "repeat": args.repeat, "set_gb": size_gb,
-                       "memory_gb": args.memory_gb, "group": memory, "rows": rows,
-                       "returncode": returncode}, f, indent=1)
 
 
 if __name__ == "__main__":
