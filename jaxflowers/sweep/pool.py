@@ -84,8 +84,8 @@ class DevicePool:
                       if self._warm_workers else None)
             self.sharing = placement.sharing(self._slots, self._backend, mps, auto=auto,
                                              while_starting=launch)
-            if self._warm_workers:  # none launched yet, or for an MPS that did not start
-                self._backend.keep_warm(self._slots)
+            if launch is not None:  # none launched yet, or for an MPS that did not start
+                launch()
         except BaseException:
             self._backend.close()
             raise
