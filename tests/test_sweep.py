@@ -17,6 +17,7 @@ import sys
 import textwrap
 import threading
 import time
+from typing import Sequence
 
 import jax
 import numpy as np
@@ -385,9 +386,10 @@ if "{scenario}" != "exit":  # "exit" ends the script at once, without shutdown
 """
 
 
-def _start_caller(code: str, tmp_path: pathlib.Path) -> subprocess.Popen:
+def _start_caller(code: str, tmp_path: pathlib.Path,
+                  path: Sequence[str] = ()) -> subprocess.Popen:
     # TMPDIR: a caller killed by SIGKILL cannot remove its pool's scratch folder.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*path, str(REPO), str(TESTS)]),
                TMPDIR=str(tmp_path))
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -416,9 +418,27 @@ def test_no_worker_outlives_its_caller(tmp_path):
             caller.stderr.close()
 
 
+# Makes ``import jax`` hang for a minute in every process started with it on the path (the
+# GIL released), so a warm worker is surely still importing when its caller dies.
+_SLOW_JAX_IMPORT = """
+import sys, time
+
+class _SlowJax:
+    def find_spec(self, name, path=None, target=None):
+        if name == "jax":
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, _SlowJax())
+"""
+
+
 def test_warm_workers_die_with_their_caller_even_while_they_import(tmp_path):
     """A caller SIGKILLed right after its pool started: its two warm workers, still importing
-    JAX, notice stdin's EOF and are gone within seconds."""
+    JAX (made to take a minute), notice stdin's EOF and are gone within seconds."""
+    hook = tmp_path / "slow_jax"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_SLOW_JAX_IMPORT)
     caller = _start_caller("""
     import json, time
     import psutil
@@ -427,13 +447,13 @@ def test_warm_workers_die_with_their_caller_even_while_they_import(tmp_path):
     print(json.dumps([p.pid for p in psutil.Process().children()
                       if "jaxflowers.sweep.backends.worker" in " ".join(p.cmdline())]), flush=True)
     time.sleep(120)
-    """, tmp_path)
+    """, tmp_path, path=[str(hook)])
     try:
         pids = json.loads(caller.stdout.readline() or "[]")
         assert len(pids) == 2 and all(_alive(pid) for pid in pids), caller.stderr.read()
         caller.kill()
         caller.wait(timeout=20)
-        assert _gone_within(pids, 2.0), "a warm worker outlived its caller"
+        assert _gone_within(pids, 10.0), "a warm worker outlived its caller"
     finally:
         caller.kill()
         caller.wait()
