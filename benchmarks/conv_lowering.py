@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = os.path.join(os.path.dirname(HERE), "jaxflowers")
 FLAGS = {"conv-fusion": "--xla_gpu_experimental_enable_conv_fusion=true"}
@@ -84,9 +86,7 @@ def write_dot_tree(scratch: str) -> str:
     root = os.path.join(scratch, "dot")
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(PACKAGE, os.path.join(root, "jaxflowers"),
-                    ignore=shutil.ignore_patterns("__pycache__", "autotune_results"))
-    shutil.copytree(os.path.join(PACKAGE, "compilation", "autotune_results"),
-                    os.path.join(root, "jaxflowers", "compilation", "autotune_results"))
+                    ignore=shutil.ignore_patterns("__pycache__"))
     with open(os.path.join(root, "jaxflowers", "models", "layers.py"), "a") as f:
         f.write(DOT_PATCH)
     return root
@@ -99,17 +99,17 @@ def check(trees: dict, scratch: str) -> dict:
         path = os.path.join(scratch, f"check-{name}.npz")
         env = {**os.environ, "PYTHONPATH": root, "JAX_PLATFORMS": "cpu"}
         subprocess.run([sys.executable, "-c", CHECK, path], env=env, cwd=root, check=True)
-        arrays[name] = __import__("numpy").load(path)
+        arrays[name] = np.load(path)
     a, b = arrays["conv"], arrays["dot"]
     assert list(a["names"]) == list(b["names"]), "the parameters' names differ"
-    diff = float(abs(a["values"] - b["values"]).max())
-    return {"max_abs_difference": diff, "max_abs_value": float(abs(a["values"]).max()),
+    diff = float(np.abs(a["values"] - b["values"]).max())
+    return {"max_abs_difference": diff, "max_abs_value": float(np.abs(a["values"]).max()),
             "values": int(a["values"].size)}
 
 
 def run(variant: str, root: str, model: str, batch: int, out: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [root, *filter(None, [os.environ.get("PYTHONPATH")])]), "XLA_FLAGS": FLAGS.get(variant, "")}
+    path = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "PYTHONPATH": path, "XLA_FLAGS": FLAGS.get(variant, "")}
     command = [sys.executable, "-m", "jaxflowers.bench", "--models", model, "--devices",
                "1", "--strategies", "shard_map", "--scalings", "weak", "--per-device-batch",
                str(batch), "--out", out]
@@ -117,9 +117,9 @@ def run(variant: str, root: str, model: str, batch: int, out: str) -> dict:
     with open(os.path.join(out, "bench.json")) as f:
         report = json.load(f)
     row = next(r for r in report["results"] if r["framework"] == "jaxflowers")
-    return {"variant": variant, "step_ms": 1e3 * row["step_s"], "images_per_s": row["images_per_s"],
-            "compile_s": row["compile_s"], "device": report["environment"]["device_kind"],
-            "jax": report["environment"]["jax"]}
+    return {"variant": variant, "step_ms": 1e3 * row["step_s"],
+            "images_per_s": row["images_per_s"], "compile_s": row["compile_s"],
+            "device": report["environment"]["device_kind"], "jax": report["environment"]["jax"]}
 
 
 def main() -> None:
