@@ -4,7 +4,8 @@ then emits GEMMs and may fuse their operands' elementwise producers), and with X
 convolution fusions on (``--xla_gpu_experimental_enable_conv_fusion``).
 
     python benchmarks/conv_lowering.py [--variants conv dot conv-fusion] [--rounds 2]
-        [--batch 128] [--model resnet50] [--scratch DIR] [--check] [--out FILE.json]
+        [--batch 128] [--model resnet50] [--scratch DIR] [--out FILE.json]
+    python benchmarks/conv_lowering.py --check [--check-network resnet50] [--check-size 64]
 
 Each run is ``python -m jaxflowers.bench`` (one GPU, shard_map, Adam, the Flowers
 augmentation) in a fresh process; the variants alternate, their order reversed every other
@@ -67,9 +68,10 @@ class Conv(_ConvolutionConv):
 CHECK = r"""
 import sys
 import jax, jax.numpy as jnp, numpy as np
-from jaxflowers.models import resnet50
-net = resnet50(num_classes=5)
-x = jnp.asarray(np.random.default_rng(0).random((2, 64, 64, 3)), jnp.float32)
+from jaxflowers import models
+net = getattr(models, sys.argv[2])(num_classes=5)
+size = int(sys.argv[3])
+x = jnp.asarray(np.random.default_rng(0).random((2, size, size, 3)), jnp.float32)
 variables = net.init(jax.random.key(0), x)
 def loss(params):
     out, _ = net.apply({**variables, "params": params}, x, mutable=["batch_stats"])
@@ -92,19 +94,22 @@ def write_dot_tree(scratch: str) -> str:
     return root
 
 
-def check(trees: dict, scratch: str) -> dict:
-    """Largest difference of a small ResNet-50's outputs and gradients, dot against conv (CPU)."""
-    arrays = {}
-    for name, root in trees.items():
-        path = os.path.join(scratch, f"check-{name}.npz")
-        env = {**os.environ, "PYTHONPATH": root, "JAX_PLATFORMS": "cpu"}
-        subprocess.run([sys.executable, "-c", CHECK, path], env=env, cwd=root, check=True)
-        arrays[name] = np.load(path)
-    a, b = arrays["conv"], arrays["dot"]
-    assert list(a["names"]) == list(b["names"]), "the parameters' names differ"
-    diff = float(np.abs(a["values"] - b["values"]).max())
-    return {"max_abs_difference": diff, "max_abs_value": float(np.abs(a["values"]).max()),
-            "values": int(a["values"].size)}
+def outputs(root: str, path: str, network: str = "resnet50", size: int = 64):
+    """A ResNet's outputs and gradients (one vector) and its parameters' names, computed on
+    the CPU by the package under ``root`` on two ``size`` px images; kept in ``path``."""
+    env = {**os.environ, "PYTHONPATH": root, "JAX_PLATFORMS": "cpu"}
+    subprocess.run([sys.executable, "-c", CHECK, path, network, str(size)], env=env, cwd=root,
+                   check=True)
+    with np.load(path) as found:
+        return found["values"], list(found["names"])
+
+
+def compare(conv, dot) -> dict:
+    """Largest difference of two ``outputs``; raises if their parameters' names differ."""
+    if conv[1] != dot[1]:
+        raise ValueError("dot's parameters are not named as conv's")
+    return {"max_abs_difference": float(np.abs(conv[0] - dot[0]).max()),
+            "max_abs_value": float(np.abs(conv[0]).max()), "values": int(conv[0].size)}
 
 
 def run(variant: str, root: str, model: str, batch: int, out: str) -> dict:
@@ -132,6 +137,8 @@ def main() -> None:
     parser.add_argument("--scratch", help="folder for the dot tree and the runs (default: temp)")
     parser.add_argument("--check", action="store_true",
                         help="only compare dot against conv on the CPU, then stop")
+    parser.add_argument("--check-network", default="resnet50", help="a ResNet of models")
+    parser.add_argument("--check-size", type=int, default=64, help="its images' size")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args()
 
@@ -141,7 +148,9 @@ def main() -> None:
     trees = {"conv": checkout, "conv-fusion": checkout, "dot": write_dot_tree(scratch)}
     print(f"dot tree: {trees['dot']}", flush=True)
     if args.check:
-        print(json.dumps(check(trees, scratch)), flush=True)
+        found = [outputs(trees[name], os.path.join(scratch, f"check-{name}.npz"),
+                         args.check_network, args.check_size) for name in ("conv", "dot")]
+        print(json.dumps(compare(*found)), flush=True)
         return
     rows = []
     for round_ in range(args.rounds):

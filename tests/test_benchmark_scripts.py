@@ -104,3 +104,24 @@ def test_gpu_kernels_reads_the_module_xla_compiles_here():
     counted = _script("gpu_kernels").count(hlo)
     assert counted["per_iteration"] >= 2  # the product, and the sum or the update
     assert all(x["loop"] for x in counted["launches"])
+
+
+@pytest.mark.slow
+def test_conv_lowering_computes_the_same_network_with_1x1_convolutions_as_products(tmp_path):
+    script = _script("conv_lowering")
+    dot = script.write_dot_tree(str(tmp_path))
+    layers = pathlib.Path(dot, "jaxflowers", "models", "layers.py")
+    assert layers.read_text().endswith(script.DOT_PATCH)
+
+    def outputs(root, name):
+        return script.outputs(root, str(tmp_path / f"{name}.npz"), "resnet18", 32)
+
+    conv = outputs(str(ROOT), "conv")
+    found = script.compare(conv, outputs(dot, "dot"))
+    assert found["values"] > 10**6  # the outputs and every gradient
+    assert found["max_abs_difference"] <= 1e-5 * found["max_abs_value"], found
+    # a strided product that reads the wrong pixels (same shapes) is told apart
+    layers.write_text(layers.read_text().replace("inputs[:, ::strides[0], ::strides[1], :]",
+                                                 "inputs[:, 1::strides[0], 1::strides[1], :]"))
+    wrong = script.compare(conv, outputs(dot, "wrong"))
+    assert wrong["max_abs_difference"] > 1e-2 * wrong["max_abs_value"], wrong
