@@ -1,6 +1,5 @@
 """live: the sweep grid, what it draws and when it redraws in Jupyter."""
 import io
-import time
 
 import matplotlib.image
 import numpy as np
@@ -37,16 +36,17 @@ def titles(plot) -> list[str]:
 
 def test_sweep_plot_many_messages_stay_cheap(jupyter, tmp_path):
     plot = live.SweepProgressPlot(2, titles=["depth 1", "depth 2"], min_interval=3600)
-    start = time.perf_counter()
+    draws, draw = [], plot._draw
+    plot._draw = lambda fig: (draws.append(fig), draw(fig))
     for i in range(1, 4001):
         for job in range(2):
             extra = {"validation_accuracy": 50.0 + job} if i % 1000 == 0 else {}
             plot.update(job, message(i, i / 40, **extra))
-    assert time.perf_counter() - start < 2.0  # 8000 messages: appends, no redraw
+    assert draws == []  # 8000 messages, validations among them: appends, no redraw
     handle = jupyter[0][1]
     assert len(jupyter) == 1 and handle.updates == []
     plot.update(0, {"state": "done"})
-    assert len(handle.updates) == 1  # a job's end is shown at once
+    assert len(draws) == 1 and len(handle.updates) == 1  # a job's end is shown at once
     assert titles(plot) == ["depth 1: done", "depth 2: running"]
     train, val = plot.figure.axes[2].lines  # job 1's accuracy, above its loss
     assert train.get_xdata()[[0, -1]].tolist() == [1, 4000] and train.get_ydata()[-1] == 100.0
