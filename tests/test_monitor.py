@@ -193,7 +193,7 @@ def test_thread_stops_promptly(nvml, use_context):
         time.sleep(0.05)
         start = time.perf_counter()
         mon.stop()
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 5.0  # not waiting out the 30 s interval
     assert thread.daemon and not thread.is_alive() and not mon.running
     assert len(mon.history()["time"]) == 2
 
