@@ -1,4 +1,4 @@
-"""Job functions for tests/test_sweep.py: workers import them by reference ("module:name"),
+"""Job functions for the sweep tests: workers import them by reference ("module:name"),
 so they live in an importable module of their own."""
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""jaxflowers.sweep: the device pool, its futures, progress, cancellation and failures.
+"""jaxflowers.sweep: the device pool, its futures, progress, cancellation and failures (the
+worker processes' lifetimes: test_sweep_processes.py; what travels: test_sweep_transfer.py).
 
 Most tests run on both backends (local subprocesses and a local Ray instance started once
 per session). Every pool is torn down in a fixture that then checks no worker is left.
@@ -6,34 +7,21 @@ per session). Every pool is torn down in a fixture that then checks no worker is
 from __future__ import annotations
 
 import concurrent.futures as cf
-import dataclasses
-import importlib
-import json
-import os
-import pathlib
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
-from typing import Sequence
 
-import jax
 import numpy as np
 import psutil
 import pytest
 import sweep_jobs
+from worker_processes import gone_within, sweep_workers
 
 import jaxflowers as jf
 from jaxflowers import sweep
 from jaxflowers.sweep import slots as devices
-from jaxflowers.sweep import transfer
 from jaxflowers.sweep.backends.local import LocalBackend
 
 pytestmark = pytest.mark.timeout(150)
-TESTS = pathlib.Path(__file__).resolve().parent
-REPO = TESTS.parent
 
 
 # ------------------------------------------------------------------------------ fixtures
@@ -60,45 +48,6 @@ def backend(request) -> str:
     return request.param
 
 
-def _workers() -> list[psutil.Process]:
-    """Sweep worker processes (local or under Ray) that descend from this process."""
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if "jaxflowers.sweep.backends.worker" in " ".join(proc.cmdline()) and _alive(proc.pid):
-                found.append(proc)
-        except psutil.Error:
-            pass
-    return found
-
-
-def _workers_soon(count: int, seconds: float = 30) -> list[psutil.Process]:
-    """``_workers()`` once ``count`` of them show, waiting up to ``seconds``: a process just
-    launched shows its own command line only once it has exec'd, later on a loaded machine."""
-    deadline = time.monotonic() + seconds
-    while len(found := _workers()) != count and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert len(found) == count, [p.as_dict(["pid", "status", "cmdline"]) for p in
-                                 psutil.Process().children(recursive=True)]
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _gone_within(pids, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while any(_alive(p) for p in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 @pytest.fixture
 def make_pool(backend, tmp_path):
     """Build pools on the parametrised backend; afterwards kill them and check that no
@@ -116,10 +65,10 @@ def make_pool(backend, tmp_path):
         for pool in pools:
             pool.terminate()
             pool.shutdown(wait=True)
-        assert _gone_within([p.pid for p in _workers()], 3.0), "sweep workers left behind"
+        assert gone_within([p.pid for p in sweep_workers()], 3.0), "sweep workers left behind"
         if backend == "local":
             left = {p.pid for p in psutil.Process().children(recursive=True)} - before
-            assert _gone_within(left, 3.0), f"child processes left behind: {left}"
+            assert gone_within(left, 3.0), f"child processes left behind: {left}"
 
 
 def _collect(pool) -> tuple[list, threading.Lock]:
@@ -222,7 +171,7 @@ def test_cancel_queued_and_running_jobs(make_pool):
     assert not waiter.is_alive(), "cancel() must wake a concurrent.futures.wait on the job"
     with pytest.raises(cf.CancelledError):
         running.result(timeout=0)
-    assert _gone_within([pids["pid"], pids["child"]], 2.0), "job and its child outlive cancel"
+    assert gone_within([pids["pid"], pids["child"]], 2.0), "job and its child outlive cancel"
     assert time.monotonic() - start < 2.5
     assert queued.result(timeout=120) == 3, "the freed slot runs the next queued job"
     assert running.cancel() and not queued.cancel(), "cancel is idempotent; done is done"
@@ -371,188 +320,6 @@ def test_make_slots():
             devices.make_slots(bad, kwargs.get("jobs_per_device", 1), ["0", "1"])
 
 
-_CALLER = """
-import json, sys, time
-import jaxflowers.sweep as sweep
-import sweep_jobs
-import threading
-pool = sweep.DevicePool(1)
-started = threading.Event()
-pool.after_each(lambda i, m: (print(json.dumps(m), flush=True), started.set()))
-future = pool.submit(sweep_jobs.announce_and_sleep, 120, with_child=True)
-started.wait(60)
-if "{scenario}" != "exit":  # "exit" ends the script at once, without shutdown
-    time.sleep(120)
-"""
-
-
-def _start_caller(code: str, tmp_path: pathlib.Path,
-                  path: Sequence[str] = ()) -> subprocess.Popen:
-    # TMPDIR: a caller killed by SIGKILL cannot remove its pool's scratch folder.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*path, str(REPO), str(TESTS)]),
-               TMPDIR=str(tmp_path))
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-@pytest.mark.slow
-def test_no_worker_outlives_its_caller(tmp_path):
-    """SIGKILL (the worker notices stdin EOF), SIGINT, SIGTERM and a normal exit."""
-    scenarios = ("sigkill", "sigint", "sigterm", "exit")
-    callers = {s: _start_caller(_CALLER.format(scenario=s), tmp_path) for s in scenarios}
-    try:
-        pids = {s: json.loads(c.stdout.readline() or "{}") for s, c in callers.items()}
-        assert all(p.keys() == {"pid", "child"} for p in pids.values()), (
-            pids, {s: c.stderr.read() for s, c in callers.items() if not pids[s]})
-        for scenario, signum in [("sigkill", signal.SIGKILL), ("sigint", signal.SIGINT),
-                                 ("sigterm", signal.SIGTERM)]:
-            callers[scenario].send_signal(signum)
-        for scenario, caller in callers.items():
-            caller.wait(timeout=20)
-            assert _gone_within(pids[scenario].values(), 5.0), f"worker outlived {scenario}"
-    finally:
-        for caller in callers.values():
-            caller.kill()
-            caller.wait()
-            caller.stdout.close()
-            caller.stderr.close()
-
-
-# Makes ``import jax`` hang for a minute in every process started with it on the path (the
-# GIL released), so a warm worker is surely still importing when its caller dies.
-_SLOW_JAX_IMPORT = """
-import sys, time
-
-class _SlowJax:
-    def find_spec(self, name, path=None, target=None):
-        if name == "jax":
-            time.sleep(60)
-        return None
-
-sys.meta_path.insert(0, _SlowJax())
-"""
-
-
-def test_warm_workers_die_with_their_caller_even_while_they_import(tmp_path):
-    """A caller SIGKILLed right after its pool started: its two warm workers, still importing
-    JAX (made to take a minute), notice stdin's EOF and are gone within seconds."""
-    hook = tmp_path / "slow_jax"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(_SLOW_JAX_IMPORT)
-    caller = _start_caller("""
-    import json, time
-    import psutil
-    import jaxflowers.sweep as sweep
-    pool = sweep.DevicePool(2, warm_workers=True)
-    print(json.dumps([p.pid for p in psutil.Process().children()
-                      if "jaxflowers.sweep.backends.worker" in " ".join(p.cmdline())]), flush=True)
-    time.sleep(120)
-    """, tmp_path, path=[str(hook)])
-    try:
-        pids = json.loads(caller.stdout.readline() or "[]")
-        assert len(pids) == 2 and all(_alive(pid) for pid in pids), caller.stderr.read()
-        caller.kill()
-        caller.wait(timeout=20)
-        assert _gone_within(pids, 10.0), "a warm worker outlived its caller"
-    finally:
-        caller.kill()
-        caller.wait()
-        caller.stdout.close()
-        caller.stderr.close()
-
-
-def test_the_caller_never_imports_jax(tmp_path):
-    code = """
-    import sys
-    import jaxflowers.sweep as sweep
-    import sweep_jobs
-    with sweep.DevicePool(1) as pool:
-        assert pool.submit(sweep_jobs.add, 1, 2).result() == 3
-    assert "jax" not in sys.modules, "the pool's caller imported JAX"
-    print("ok")
-    """
-    caller = _start_caller(code, tmp_path)
-    try:
-        out, err = caller.communicate(timeout=120)
-    finally:
-        caller.kill()
-    assert caller.returncode == 0 and out.strip() == "ok", err[-2000:]
-
-
-def test_jaxflowers_objects_travel_and_only_they_are_rebuilt(tmp_path):
-    images = np.zeros((4, 8, 8, 3), np.uint8)
-    validation = jf.data.ImageSet(images, np.array([0, 1, 0, 1]), ("a", "b"))
-    options = jf.TrainingOptions(max_epochs=2, validation_data=validation,
-                                 augmentation=jf.data.Augmentation(reflect_x=True))
-    model = jf.models.resnet18(num_classes=2, dtype=jax.numpy.bfloat16)
-    variables = {"w": jax.numpy.ones(3, jax.numpy.bfloat16), "t": (1, "a", None)}
-    arrays = {}
-    tree = transfer.encode_tree((options, model, variables), arrays, what="test")
-    transfer.write_arguments(tmp_path, {"args": [tree], "kwargs": {}}, arrays)
-    back_options, back_model, back_variables = transfer.rebuild(
-        transfer.read_arguments(tmp_path))["args"][0]
-    assert back_options.max_epochs == 2 and back_options.augmentation == options.augmentation
-    assert np.array_equal(back_options.validation_data.images, images)
-    assert back_model == model and back_model.block_cls is jf.models.BasicBlock
-    assert back_variables["w"].dtype.name == "bfloat16" and back_variables["t"] == (1, "a", None)
-    with pytest.raises(TypeError, match="output_fn"):
-        transfer.encode_tree(options.replace(output_fn=print), {}, what="test")
-    with pytest.raises(TypeError, match=r"test\['f'\] is a builtins.builtin_function_or_method"):
-        transfer.encode_tree({"f": print}, {}, what="test")
-    with pytest.raises(ValueError, match="refusing to rebuild 'Popen'"):
-        transfer.rebuild({"__object__": "Popen", "value": {}})
-
-
-def test_the_travelling_classes_are_the_public_ones_and_only_they_travel():
-    """Classes are named by their modules: a moved or renamed class fails here, and a
-    namesake or subclass of a travelling class is refused."""
-    public = {"TrainingOptions": jf.TrainingOptions, "ExecutionOptions": jf.ExecutionOptions,
-              "ImageSet": jf.data.ImageSet, "TrainedNet": jf.TrainedNet,
-              "TrainingInfo": jf.TrainingInfo}
-    assert {name: importlib.import_module(module).__dict__[name]
-            for name, module in transfer.TRAVELLING.items()} == public
-    info = jf.TrainingInfo(*(np.arange(3),) * 8, stop_reason="training loss is NaN",
-                           stopped_by=jf.StopReason.DIVERGED)
-    net = jf.TrainedNet(jf.models.cifar_net(1, 10), {"params": {"w": np.ones(2)}}, ("a",),
-                        (np.zeros(3, np.float32), np.ones(3, np.float32)), (32, 32, 3))
-    options = jf.TrainingOptions(learn_rate_schedule=(jf.schedules.Warmup(num_steps=3),
-                                                      jf.schedules.Cosine(period=4)))
-    for value in (options, info, net, jf.data.digits().subset(np.arange(5))):
-        arrays = {}
-        tree = json.loads(json.dumps(transfer.encode_tree(value, arrays, what="test")))
-        back = transfer.rebuild(transfer.decode_tree(tree, arrays.__getitem__))
-        assert type(back) is type(value)
-        if value is options:
-            assert back == options  # the schedules rebuilt as themselves
-        if value is info:
-            assert back.diverged and back.stopped_by is jf.StopReason.DIVERGED
-    assert back.images.shape == (5, 32, 32, 3)
-    namesake = dataclasses.make_dataclass("TrainingInfo", [("loss", float)])
-    namesake.__module__ = "jaxflowers.old_info"  # where a stale copy might live
-    subclass = type("TrainingInfo", (jf.TrainingInfo,), {"__module__": "tests.elsewhere"})
-    for value in (namesake(1.0), subclass(*(np.arange(3),) * 8)):
-        with pytest.raises(TypeError, match="cannot travel"):
-            transfer.encode_tree(value, {}, what="result")
-
-
-def test_job_options_route_execution_fields_and_name_what_is_wrong():
-    from jaxflowers.sweep.jobs import job_options
-
-    options, execution = job_options({"max_epochs": 2, "steps_per_dispatch": 4,
-                                      "augmentation": {"reflect_x": True}},
-                                     {"steps_per_dispatch": 1, "precision": "float32"})
-    assert options.max_epochs == 2 and options.augmentation == jf.data.Augmentation(True)
-    assert execution == jf.ExecutionOptions(steps_per_dispatch=4, precision="float32")
-    assert job_options(options, execution) == (options, execution)
-    for bad, match in [({"bogus": 1}, "unknown option 'bogus'"),
-                       ({"augmentation": {"flip": 1}}, r"augmentation=\{'flip': 1\}"),
-                       ({"strategy": "mpi"}, "strategy='mpi' is not allowed")]:
-        with pytest.raises(ValueError, match=match):
-            job_options(bad)
-    with pytest.raises(ValueError, match="unknown execution option 'bogus'"):
-        job_options({}, {"bogus": 1})
-
-
 @pytest.mark.slow
 def test_train_job_end_to_end(tmp_path):
     """The sweep's user path: train_job in a worker, progress to after_each, (net, info) back."""
@@ -581,56 +348,3 @@ def test_train_job_end_to_end(tmp_path):
     accuracy = 100 * np.mean(predicted == held_out.labels)
     assert accuracy == pytest.approx(info.final_validation_accuracy, abs=0.3)
     assert info.final_validation_accuracy > 20, "chance is 10 %"
-
-
-def test_a_killed_sweep_worker_fails_only_its_job_and_no_process_is_left(tmp_path):
-    import psutil
-    import sweep_jobs
-
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
-    pool = jf.sweep.DevicePool(2, log_dir=tmp_path / "logs")
-    try:
-        killed = pool.submit(sweep_jobs.fail, "oom-killed")  # SIGKILL, as the OOM killer
-        fine = pool.submit(sweep_jobs.add, 1, 2)
-        error = killed.exception(timeout=120)
-        assert isinstance(error, jf.sweep.JobError) and error.signal_name == "SIGKILL"
-        assert "out of memory" in str(error) and "about to fail" in error.log_tail
-        assert fine.result(timeout=120) == 3
-    finally:
-        pool.shutdown(wait=True)
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    _, alive = psutil.wait_procs(left, timeout=5)
-    assert not alive, alive
-
-
-def test_warm_workers_take_the_next_jobs_and_none_outlives_the_pool(tmp_path):
-    """A warm worker, launched with the pool, has imported JAX when its job comes and logs to
-    the job's log; a job queued behind gets one launched when the slot's job starts; a warm
-    worker killed while it waits is replaced by a fresh one; none is left at the end."""
-    import psutil
-    import sweep_jobs
-
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
-    with jf.sweep.DevicePool(1, log_dir=tmp_path / "logs", warm_workers=True) as pool:
-        [waiting] = _workers_soon(1)
-        first, second = pool.submit(sweep_jobs.worker_facts), pool.submit(sweep_jobs.worker_facts)
-        facts = jf.sweep.fetch_outputs([first, second])
-    assert [f["jax_preloaded"] for f in facts] == [True, True]
-    assert facts[0]["ready_before_job"] is not None  # the job's start-up line can say when
-    assert facts[0]["pid"] == waiting.pid != facts[1]["pid"]
-    logs = sorted((tmp_path / "logs").iterdir())
-    assert [log.name for log in logs] == ["job-0000.log", "job-0001.log"]
-    for log, f in zip(logs, facts):
-        assert f"worker facts: {f}" in log.read_text()
-
-    with jf.sweep.DevicePool(1, log_dir=tmp_path / "killed", warm_workers=True) as pool:
-        [waiting] = _workers_soon(1)
-        waiting.kill()
-        waiting.wait(timeout=10)
-        facts = pool.submit(sweep_jobs.worker_facts).result(timeout=120)
-        assert facts["jax_preloaded"] is False and facts["ready_before_job"] is None
-    with jf.sweep.DevicePool(2, log_dir=tmp_path / "unused", warm_workers=True):
-        _workers_soon(2)
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    _, alive = psutil.wait_procs(left, timeout=5)
-    assert not alive, alive
