@@ -11,3 +11,8 @@ def class_folders(root: pathlib.Path, per_class: int = 3, classes=("a", "b"), si
         for i in range(per_class):
             Image.new("RGB", size, (100 * c, 20 * i, 50)).save(root / name / f"{i}.png")
     return root
+
+
+def expected_colours(per_class: int = 3, classes: int = 2) -> list[list[int]]:
+    """The RGB colour of each image of ``class_folders``, in the folders' order."""
+    return [[100 * c, 20 * i, 50] for c in range(classes) for i in range(per_class)]
