@@ -16,3 +16,10 @@ def class_folders(root: pathlib.Path, per_class: int = 3, classes=("a", "b"), si
 def expected_colours(per_class: int = 3, classes: int = 2) -> list[list[int]]:
     """The RGB colour of each image of ``class_folders``, in the folders' order."""
     return [[100 * c, 20 * i, 50] for c in range(classes) for i in range(per_class)]
+
+
+def save_image(path: pathlib.Path, color=(200, 30, 30), size=(12, 10), mode="RGB", **kwargs):
+    """Write a uniform ``mode`` image of PIL ``size`` (width, height) to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new(mode, size, color).save(path, **kwargs)
+    return path

@@ -1,29 +1,18 @@
-"""ImageFolder: scanning, labels, decoding of every format and mode, bad input, splits, remote."""
-import functools
-import http.server
+"""ImageFolder: scanning, labels, decoding of every format and mode, bad input, splits (remote
+folders: test_folder_remote.py)."""
 import io
 import os
 import re
-import socket
-import sys
-import threading
 import time
 
 import numpy as np
 import pytest
-from image_folders import class_folders as _class_folders
+from image_folders import class_folders, save_image
 from PIL import Image
 
 import jaxflowers as jf
 from jaxflowers.data import ImageFolder, ImageSet
 from jaxflowers.data import scan as scan_lib
-
-
-def _save(path, color=(200, 30, 30), size=(12, 10), mode="RGB", **kwargs):
-    """Write a uniform ``mode`` image of PIL ``size`` (width, height) to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new(mode, size, color).save(path, **kwargs)
-    return path
 
 
 def _jpeg_bytes(seed=0, size=64):
@@ -35,7 +24,7 @@ def _jpeg_bytes(seed=0, size=64):
 
 def test_labels_from_sorted_class_folders_found_recursively(tmp_path):
     for rel in ("zebra/1.png", "zebra/deep/er/2.png", "ant/3.png", "ant/4.png", "ant/x/5.png"):
-        _save(tmp_path / "root" / rel)
+        save_image(tmp_path / "root" / rel)
     ds = ImageFolder(tmp_path / "root", image_size=(8, 8), cache_dir=tmp_path / "c")
     assert ds.class_names == ("ant", "zebra")
     assert ds.counts() == {"ant": 3, "zebra": 2}
@@ -49,7 +38,7 @@ def test_labels_from_sorted_class_folders_found_recursively(tmp_path):
 
 def test_decodes_every_format_and_mode_to_rgb_uint8(tmp_path):
     deep = Image.fromarray(np.full((10, 12), 0x8000, np.uint16))  # 16-bit gray, mode I;16
-    deep.save(_save(tmp_path / "r" / "all" / "deep.png"))
+    deep.save(save_image(tmp_path / "r" / "all" / "deep.png"))
     transparent = Image.new("RGB", (12, 10), (0, 0, 255)).convert("P")
     transparent.save(tmp_path / "r" / "all" / "palette_alpha.png", transparency=0)
     Image.new("RGB", (12, 10), (0, 0, 255)).convert("P").save(tmp_path / "r" / "all" / "pal.gif")
@@ -65,8 +54,8 @@ def test_decodes_every_format_and_mode_to_rgb_uint8(tmp_path):
         "cmyk.jpg": ("CMYK", (0, 255, 255, 0), (255, 0, 0), 8),
     }
     for name, (mode, color, _, _) in cases.items():
-        _save(tmp_path / "r" / "all" / name, color, mode=mode)
-    _save(tmp_path / "r" / "all" / "lossless.webp", (7, 8, 9), lossless=True)
+        save_image(tmp_path / "r" / "all" / name, color, mode=mode)
+    save_image(tmp_path / "r" / "all" / "lossless.webp", (7, 8, 9), lossless=True)
     cases.update({"deep.png": (0, 0, (128, 128, 128), 0), "pal.gif": (0, 0, (0, 0, 255), 0),
                   "palette_alpha.png": (0, 0, (0, 0, 255), 0),
                   "lossless.webp": (0, 0, (7, 8, 9), 0)})
@@ -84,7 +73,7 @@ def test_exif_orientation_is_applied(tmp_path):
     img = Image.fromarray(pixels)
     exif = img.getexif()
     exif[0x0112] = 6  # "rotate 90 degrees clockwise to display": the red half goes on top
-    img.save(_save(tmp_path / "r" / "c" / "turned.jpg"), exif=exif.tobytes(), quality=95)
+    img.save(save_image(tmp_path / "r" / "c" / "turned.jpg"), exif=exif.tobytes(), quality=95)
     image = ImageFolder(tmp_path / "r", image_size=(20, 10), cache_dir=tmp_path / "c").images[0]
     assert image[:8, :, 0].mean() > 200 and image[:8, :, 2].mean() < 50
     assert image[-8:, :, 2].mean() > 200 and image[-8:, :, 0].mean() < 50
@@ -93,7 +82,7 @@ def test_exif_orientation_is_applied(tmp_path):
 def test_mixed_case_extensions_and_non_ascii_names(tmp_path):
     names = ("épine/Ñandú.JPG", "épine/b.Png", "épine/c.TIFF", "ромашка/花.jpeg", "ромашка/x.GIF")
     for rel in names:
-        _save(tmp_path / "r" / rel)
+        save_image(tmp_path / "r" / rel)
     ds = ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c")
     assert ds.class_names == ("épine", "ромашка") and ds.counts() == {"épine": 3, "ромашка": 2}
     assert np.abs(ds.images.astype(int) - [200, 30, 30]).max() <= 12  # all five decoded
@@ -101,8 +90,8 @@ def test_mixed_case_extensions_and_non_ascii_names(tmp_path):
 
 
 def test_non_image_files_are_skipped_listed_and_warned(tmp_path):
-    _save(tmp_path / "r" / "a" / "1.png")
-    _save(tmp_path / "r" / "b" / "2.png")
+    save_image(tmp_path / "r" / "a" / "1.png")
+    save_image(tmp_path / "r" / "b" / "2.png")
     (tmp_path / "r" / "a" / "notes.txt").write_text("not an image")
     (tmp_path / "r" / "b" / "Thumbs.db").write_bytes(b"\0" * 10)
     (tmp_path / "r" / "LICENSE.txt").write_text("root-level files are not in any class")
@@ -120,7 +109,7 @@ def test_missing_empty_or_file_root_is_an_error_naming_it(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no class folders in .*empty"):
         ImageFolder(tmp_path / "empty")
-    _save(tmp_path / "flat" / "loose.png")
+    save_image(tmp_path / "flat" / "loose.png")
     with pytest.raises(ValueError, match="must sit in class folders"):
         ImageFolder(tmp_path / "flat")
     with pytest.raises(NotADirectoryError, match="loose.png"):
@@ -128,19 +117,19 @@ def test_missing_empty_or_file_root_is_an_error_naming_it(tmp_path):
 
 
 def test_class_folder_without_images_is_an_error_naming_it(tmp_path):
-    _save(tmp_path / "r" / "good" / "1.png")
+    save_image(tmp_path / "r" / "good" / "1.png")
     (tmp_path / "r" / "hollow").mkdir()
     with pytest.raises(ValueError, match="class folder .*hollow.* contains no image files"):
         ImageFolder(tmp_path / "r", cache_dir=tmp_path / "c")
-    _save(tmp_path / "r" / "hollow" / "inner" / "2.png")
+    save_image(tmp_path / "r" / "hollow" / "inner" / "2.png")
     with pytest.raises(ValueError, match="hollow.*include_subfolders=True"):
         ImageFolder(tmp_path / "r", include_subfolders=False, cache_dir=tmp_path / "c")
 
 
 def _bad_folder(root):
-    _save(root / "a" / "good1.png")
-    _save(root / "a" / "good2.png", (0, 200, 0))
-    _save(root / "b" / "good3.png", (0, 0, 200))
+    save_image(root / "a" / "good1.png")
+    save_image(root / "a" / "good2.png", (0, 200, 0))
+    save_image(root / "b" / "good3.png", (0, 0, 200))
     (root / "a" / "truncated.jpg").write_bytes(_jpeg_bytes()[:1500])
     (root / "b" / "zero.jpg").write_bytes(b"")
     return root
@@ -179,16 +168,16 @@ def test_on_error_skip_leaves_bad_files_out_and_reports_them(tmp_path):
                     reason="running as root: chmod 000 does not stop root from reading "
                            "(test_unreadable_file_simulated covers the same path)")
 def test_unreadable_file_chmod(tmp_path):
-    _save(tmp_path / "r" / "a" / "ok.png")
-    locked = _save(tmp_path / "r" / "a" / "locked.png")
+    save_image(tmp_path / "r" / "a" / "ok.png")
+    locked = save_image(tmp_path / "r" / "a" / "locked.png")
     locked.chmod(0)
     with pytest.raises(OSError, match="locked.png.*Permission"):
         ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c").images
 
 
 def test_unreadable_file_simulated(tmp_path, monkeypatch):
-    _save(tmp_path / "r" / "a" / "ok.png")
-    locked = str(_save(tmp_path / "r" / "a" / "locked.png"))
+    save_image(tmp_path / "r" / "a" / "ok.png")
+    locked = str(save_image(tmp_path / "r" / "a" / "locked.png"))
     real = scan_lib._read_file
 
     def read(path):
@@ -206,15 +195,15 @@ def test_unreadable_file_simulated(tmp_path, monkeypatch):
 
 
 def test_one_pixel_image_is_resized_up(tmp_path):
-    _save(tmp_path / "r" / "dot" / "1x1.png", (9, 99, 199), size=(1, 1))
+    save_image(tmp_path / "r" / "dot" / "1x1.png", (9, 99, 199), size=(1, 1))
     images = ImageFolder(tmp_path / "r", image_size=(16, 24), cache_dir=tmp_path / "c").images
     assert images.shape == (1, 16, 24, 3) and (images == [9, 99, 199]).all()
 
 
 def test_symlinked_class_folder_is_followed_and_loops_end(tmp_path):
-    _save(tmp_path / "elsewhere" / "cats" / "1.png")
-    _save(tmp_path / "elsewhere" / "cats" / "2.png")
-    _save(tmp_path / "r" / "dogs" / "3.png")
+    save_image(tmp_path / "elsewhere" / "cats" / "1.png")
+    save_image(tmp_path / "elsewhere" / "cats" / "2.png")
+    save_image(tmp_path / "r" / "dogs" / "3.png")
     (tmp_path / "r" / "cats").symlink_to(tmp_path / "elsewhere" / "cats", target_is_directory=True)
     (tmp_path / "elsewhere" / "cats" / "loop").symlink_to(tmp_path / "elsewhere" / "cats")
     ds = ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c")
@@ -226,7 +215,7 @@ def test_symlinked_class_folder_is_followed_and_loops_end(tmp_path):
 def test_a_class_folder_linked_to_a_root_above_the_data_is_refused_at_once(tmp_path):
     """A class folder that is a link to ``/`` (or to a folder holding the data) would walk
     the whole file system; it is refused, naming it, before anything is read."""
-    _save(tmp_path / "r" / "dogs" / "3.png")
+    save_image(tmp_path / "r" / "dogs" / "3.png")
     (tmp_path / "r" / "everything").symlink_to("/", target_is_directory=True)
     start = time.perf_counter()
     with pytest.raises(ValueError, match=r"class folder .*everything.* leads to '/', which "
@@ -240,9 +229,9 @@ def test_a_class_folder_linked_to_a_root_above_the_data_is_refused_at_once(tmp_p
 
 
 def test_links_from_inside_a_class_folder_to_outside_it_are_not_followed(tmp_path):
-    _save(tmp_path / "r" / "cats" / "1.png")
-    _save(tmp_path / "r" / "dogs" / "2.png")
-    _save(tmp_path / "outside" / "x.png")
+    save_image(tmp_path / "r" / "cats" / "1.png")
+    save_image(tmp_path / "r" / "dogs" / "2.png")
+    save_image(tmp_path / "outside" / "x.png")
     (tmp_path / "r" / "cats" / "away").symlink_to(tmp_path / "outside", target_is_directory=True)
     with pytest.warns(UserWarning, match="skipped 1 non-image file"):
         ds = ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c")
@@ -253,13 +242,13 @@ def test_links_from_inside_a_class_folder_to_outside_it_are_not_followed(tmp_pat
 
 @pytest.mark.parametrize("image_size", [(0, 8), (8,), (8, 8, 3), "big", (8.0, 8), -4, (True, 8)])
 def test_bad_image_size_names_the_value(tmp_path, image_size):
-    _save(tmp_path / "r" / "a" / "1.png")
+    save_image(tmp_path / "r" / "a" / "1.png")
     with pytest.raises(ValueError, match="image_size must be"):
         ImageFolder(tmp_path / "r", image_size=image_size)
 
 
 def test_bad_options_name_the_value(tmp_path):
-    _save(tmp_path / "r" / "a" / "1.png")
+    save_image(tmp_path / "r" / "a" / "1.png")
     with pytest.raises(ValueError, match=r"on_error must be one of \('raise', 'skip'\); got 'ign"):
         ImageFolder(tmp_path / "r", on_error="ignore")
     with pytest.raises(ValueError, match="workers must be a positive int"):
@@ -272,7 +261,7 @@ def test_bad_options_name_the_value(tmp_path):
 def _three_classes(root, per_class=5):
     for c, name in enumerate(("a", "b", "c")):
         for i in range(per_class):
-            _save(root / name / f"{i}.png", (40 * c, 10 * i, 7))
+            save_image(root / name / f"{i}.png", (40 * c, 10 * i, 7))
     return root
 
 
@@ -297,10 +286,10 @@ def test_splits_and_subsets_share_the_parent_cache(tmp_path, count_decodes):
 
 
 def test_split_that_empties_a_class_names_it(tmp_path):
-    _save(tmp_path / "r" / "many" / "1.png")
-    _save(tmp_path / "r" / "many" / "2.png")
-    _save(tmp_path / "r" / "many" / "3.png")
-    _save(tmp_path / "r" / "one" / "1.png")
+    save_image(tmp_path / "r" / "many" / "1.png")
+    save_image(tmp_path / "r" / "many" / "2.png")
+    save_image(tmp_path / "r" / "many" / "3.png")
+    save_image(tmp_path / "r" / "one" / "1.png")
     ds = ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c")
     with pytest.raises(ValueError, match="class 'one' .* empty in one part"):
         ds.split_each_label(0.5)
@@ -330,89 +319,8 @@ def test_every_flower_photo_decodes(shared_data, tmp_path, count_decodes):
     assert len(count_decodes) == 200, "a second ImageFolder must decode nothing"
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _png(color, size=(6, 5)):
-    buf = io.BytesIO()
-    Image.new("RGB", size, color).save(buf, "PNG")
-    return buf.getvalue()
-
-
-def test_s3_folder_through_moto_lands_in_the_local_cache(tmp_path, monkeypatch, count_decodes):
-    pytest.importorskip("s3fs", reason="s3fs is not installed (pip install jaxflowers[remote])")
-    server_mod = pytest.importorskip("moto.server", reason="moto[server] is not installed")
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(var, "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    port = _free_port()
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        import s3fs
-
-        opts = {"endpoint_url": f"http://127.0.0.1:{port}"}
-        fs = s3fs.S3FileSystem(**opts)
-        fs.mkdir("photos")
-        colors = {"cat/0.png": (250, 0, 0), "cat/sub/1.png": (240, 0, 0), "dog/2.PNG": (0, 0, 250)}
-        fs.pipe({f"photos/set/{k}": _png(c) for k, c in colors.items()})
-        fs.pipe("photos/set/dog/readme.txt", b"text")
-        with pytest.warns(UserWarning, match="readme.txt"):
-            ds = ImageFolder("s3://photos/set", image_size=(5, 6), cache_dir=tmp_path,
-                             storage_options=opts)
-        assert ds.files == tuple(f"s3://photos/set/{k}" for k in colors)
-        assert ds.class_names == ("cat", "dog") and ds.labels.tolist() == [0, 0, 1]
-        assert ds.images[:, 2, 3].tolist() == list(map(list, colors.values()))
-        assert len(count_decodes) == 3 and os.path.dirname(ds.cache_path) == str(tmp_path)
-        with pytest.warns(UserWarning):
-            again = ImageFolder("s3://photos/set", image_size=(5, 6), cache_dir=tmp_path,
-                                storage_options=opts)
-        np.testing.assert_array_equal(again.images, ds.images)
-        assert len(count_decodes) == 3, "an unchanged bucket is served from the local cache"
-        fs.pipe("photos/set/cat/0.png", _png((0, 250, 0)))  # new ETag: a new cache
-        with pytest.warns(UserWarning):
-            changed = ImageFolder("s3://photos/set", image_size=(5, 6), cache_dir=tmp_path,
-                                  storage_options=opts)
-        assert changed.images[0, 2, 3].tolist() == [0, 250, 0]
-    finally:
-        server.stop()
-
-
-def test_http_folder_listing(tmp_path):
-    pytest.importorskip("aiohttp", reason="fsspec's http file system needs aiohttp")
-    _save(tmp_path / "site" / "root" / "x" / "a.png", (10, 200, 10))
-    _save(tmp_path / "site" / "root" / "y" / "b.jpg", (10, 10, 200))
-    handler = functools.partial(QuietHandler, directory=str(tmp_path / "site"))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/root/"
-        ds = ImageFolder(url, image_size=(3, 3), cache_dir=tmp_path / "c")
-        assert ds.class_names == ("x", "y") and ds.files[0] == url + "x/a.png"
-        assert np.abs(ds.images[:, 1, 1].astype(int) - [[10, 200, 10], [10, 10, 200]]).max() < 8
-        _save(tmp_path / "site" / "root" / "x" / "a.png", (250, 250, 250), size=(7, 5))
-        changed = ImageFolder(url, image_size=(3, 3), cache_dir=tmp_path / "c")
-        assert changed.images[0, 1, 1].tolist() == [250, 250, 250], "keyed by size and mtime"
-    finally:
-        server.shutdown()
-
-
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-def test_missing_fsspec_says_what_to_install(monkeypatch):
-    monkeypatch.setitem(sys.modules, "fsspec", None)  # makes "import fsspec" fail
-    with pytest.raises(ImportError, match=r"pip install jaxflowers\[remote\]"):
-        ImageFolder("s3://bucket/prefix")
-
-
 def test_a_truncated_image_is_named_and_no_cache_is_left(tmp_path):
-    root = _class_folders(tmp_path / "photos")
+    root = class_folders(tmp_path / "photos")
     good = (root / "a" / "0.png").read_bytes()
     (root / "b" / "broken.png").write_bytes(good[:len(good) // 2])
     ds = jf.data.ImageFolder(root, image_size=(4, 5), cache_dir=tmp_path / "cache")
@@ -422,7 +330,7 @@ def test_a_truncated_image_is_named_and_no_cache_is_left(tmp_path):
 
 
 def test_a_class_folder_without_images_is_named(tmp_path):
-    root = _class_folders(tmp_path / "photos")
+    root = class_folders(tmp_path / "photos")
     (root / "c").mkdir()
     (root / "c" / "notes.txt").write_text("no pictures here")
     with pytest.raises(ValueError, match=f"class folder '{re.escape(str(root / 'c'))}' \\('c'\\) "
