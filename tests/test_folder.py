@@ -3,6 +3,7 @@ folders: test_folder_remote.py)."""
 import io
 import os
 import re
+import threading
 import time
 
 import numpy as np
@@ -101,6 +102,50 @@ def test_non_image_files_are_skipped_listed_and_warned(tmp_path):
     assert len(ds) == 2 and ds.images.shape == (2, 4, 4, 3)
     assert sorted(os.path.basename(p) for p, _ in ds.skipped) == ["Thumbs.db", "notes.txt"]
     assert all("not an image" in why for _, why in ds.skipped)
+
+
+def test_an_image_is_known_by_the_last_dot_of_its_own_name(tmp_path):
+    """Only the file name's extension counts: not a dot of a folder above it, nor an inner one."""
+    for rel in ("a/photo.v2.PNG", "a/album.jpg/inner.bmp", "a/archive.png.txt", "a/README",
+                "a/trailing.", "a/x.tar.jpeg"):
+        if rel.endswith((".PNG", ".bmp", ".jpeg")):
+            save_image(tmp_path / "r" / rel)
+        else:
+            (tmp_path / "r" / rel).write_text("not an image")
+    with pytest.warns(UserWarning, match="skipped 3 non-image file"):
+        ds = ImageFolder(tmp_path / "r", image_size=(4, 4), cache_dir=tmp_path / "c",
+                         include_subfolders=True)
+    assert [os.path.relpath(f, tmp_path / "r") for f in ds.files] == [
+        "a/album.jpg/inner.bmp", "a/photo.v2.PNG", "a/x.tar.jpeg"]
+    assert sorted(os.path.basename(p) for p, _ in ds.skipped) == [
+        "README", "archive.png.txt", "trailing."]
+
+
+def test_a_fast_local_folder_is_listed_in_one_thread_a_slow_one_in_threads(tmp_path,
+                                                                            monkeypatch):
+    """Threads listing a local folder take turns holding the GIL, so one whose first class
+    folder lists fast is listed in the calling thread; slow metadata (a network file system,
+    here a sleep per file) gets the worker threads. The same listing either way."""
+    root = class_folders(tmp_path / "r", per_class=3, classes=("a", "b", "c", "d"))
+    real, threads, delay = scan_lib.LocalFolder.files, [], []
+
+    def files(self, folder, recursive):
+        threads.append(threading.current_thread())
+        time.sleep(sum(delay))
+        return real(self, folder, recursive)
+
+    monkeypatch.setattr(scan_lib.LocalFolder, "files", files)
+    fast = ImageFolder(root, image_size=(4, 4), cache_dir=tmp_path / "c", workers=4)
+    assert threads == [threading.current_thread()] * 4
+    threads.clear()
+    delay.append(0.05)  # 17 ms a file, 50 ms a folder
+    slow = ImageFolder(root, image_size=(4, 4), cache_dir=tmp_path / "c", workers=4)
+    assert len(threads) == 4 and threads[0] is threading.current_thread()
+    assert all(t is not threading.current_thread() for t in threads[1:])
+    assert slow.files == fast.files and slow.labels.tolist() == fast.labels.tolist()
+    threads.clear()
+    ImageFolder(root, image_size=(4, 4), cache_dir=tmp_path / "c", workers=1)
+    assert threads == [threading.current_thread()] * 4, "workers=1: no threads"
 
 
 def test_missing_empty_or_file_root_is_an_error_naming_it(tmp_path):

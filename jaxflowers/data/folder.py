@@ -31,7 +31,8 @@ class ImageFolder(Labelled):
       include_subfolders: find images at any depth below each class folder.
       on_error: ``"raise"`` (``OSError`` naming the file) or ``"skip"`` (listed in ``skipped``).
       cache_dir: default ``$JAXFLOWERS_CACHE_DIR`` or ``~/.cache/jaxflowers``.
-      workers: listing and decoding threads (or processes).
+      workers: listing and decoding threads (or processes); a local folder that lists fast
+        is listed in one thread, where more would only contend for the GIL.
       storage_options: keyword arguments for the fsspec file system of a URL root.
       fingerprint: how the cache sees a changed file: ``"stat"`` (size, times, inode; the
         cache's own file likewise) or ``"content"`` (every image's bytes and the whole cache
