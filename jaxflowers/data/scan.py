@@ -114,8 +114,8 @@ def _read_file(path: str) -> bytes:
 
 
 def _is_image(path: str) -> bool:
-    """Whether the file name's extension is an image's (``os.path.splitext``'s rule for names
-    not starting with a dot, which are never listed; a third of its time, per file)."""
+    """Whether the file name's extension is an image's: ``os.path.splitext``'s rule for names
+    not starting with a dot (those are never listed), in a third of its time."""
     dot = path.rfind(".")
     return dot > max(path.rfind("/"), path.rfind(os.sep)) + 1 and \
         path[dot:].lower() in IMAGE_EXTENSIONS
