@@ -134,7 +134,6 @@ def test_the_caller_never_imports_jax(tmp_path):
 
 
 def test_a_killed_sweep_worker_fails_only_its_job_and_no_process_is_left(tmp_path):
-
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     pool = jf.sweep.DevicePool(2, log_dir=tmp_path / "logs")
     try:
@@ -147,15 +146,14 @@ def test_a_killed_sweep_worker_fails_only_its_job_and_no_process_is_left(tmp_pat
     finally:
         pool.shutdown(wait=True)
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    _, alive = psutil.wait_procs(left, timeout=5)
-    assert not alive, alive
+    _, still_alive = psutil.wait_procs(left, timeout=5)
+    assert not still_alive, still_alive
 
 
 def test_warm_workers_take_the_next_jobs_and_none_outlives_the_pool(tmp_path):
     """A warm worker, launched with the pool, has imported JAX when its job comes and logs to
     the job's log; a job queued behind gets one launched when the slot's job starts; a warm
     worker killed while it waits is replaced by a fresh one; none is left at the end."""
-
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with jf.sweep.DevicePool(1, log_dir=tmp_path / "logs", warm_workers=True) as pool:
         [waiting] = sweep_workers_soon(1)
@@ -178,5 +176,5 @@ def test_warm_workers_take_the_next_jobs_and_none_outlives_the_pool(tmp_path):
     with jf.sweep.DevicePool(2, log_dir=tmp_path / "unused", warm_workers=True):
         sweep_workers_soon(2)
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    _, alive = psutil.wait_procs(left, timeout=5)
-    assert not alive, alive
+    _, still_alive = psutil.wait_procs(left, timeout=5)
+    assert not still_alive, still_alive
