@@ -1,6 +1,6 @@
-"""The cold-start benchmark runs against the package as it is: its pieces compile the programs
-``train`` builds (here for the sweep's network, on a tiny folder), so a change of their
-signatures cannot leave it broken unnoticed."""
+"""Benchmark scripts run against the package as it is (the cold start's pieces compile the
+programs ``train`` builds, the listing times ``ImageFolder``'s scan, ...), on tiny inputs, so a
+change of what they call cannot leave them broken unnoticed."""
 import importlib.util
 import json
 import os
@@ -125,3 +125,18 @@ def test_conv_lowering_computes_the_same_network_with_1x1_convolutions_as_produc
                                                  "inputs[:, 1::strides[0], 1::strides[1], :]"))
     wrong = script.compare(conv, outputs(dot, "wrong"))
     assert wrong["max_abs_difference"] > 1e-2 * wrong["max_abs_value"], wrong
+
+
+def test_listing_time_times_every_thread_count_against_the_floor(tmp_path):
+    data = class_folders(tmp_path / "data", per_class=4, classes=("a", "b", "c"))
+    (data / "a" / "notes.txt").write_text("not an image")
+    out = tmp_path / "listing.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "listing_time.py"), str(data), "--workers",
+         "1", "3", "--rounds", "2", "--every", "0", "--out", str(out)],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"{data}: 13 files" in result.stdout and "| scan, 3 threads |" in result.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["round"] for r in rows] == [0, 1]
+    assert all(r["files"] == 12 and min(r["plain"], r["1"], r["3"]) > 0 for r in rows)
