@@ -155,11 +155,11 @@ def scan(source, recursive: bool, on_error: str, workers: int | None) -> Scan:
                  tuple(name for name, _ in dirs), tuple(skipped + bad))
 
 
-# A local folder whose first class folder listed within this (seconds per folder, per file)
-# is listed in one thread: there the listing is mostly Python, and threads would only take
-# turns holding the GIL (and slow each other down). Slower metadata (a network file system, a
-# cold disk) and remote folders are listed in ``workers`` threads.
-FAST_LISTING_S = (2e-3, 50e-6)
+# A local folder whose first class folder listed within this many seconds (per folder, plus
+# per file) is listed in one thread: there the listing is mostly Python, and threads would only
+# take turns holding the GIL (and slow each other down). Slower metadata (a network file
+# system, a cold disk) and remote folders are listed in ``workers`` threads.
+FAST_LISTING_S_PER_FOLDER, FAST_LISTING_S_PER_FILE = 2e-3, 50e-6
 
 
 def _list_class_folders(source, folders: list[str], recursive: bool,
@@ -167,16 +167,17 @@ def _list_class_folders(source, folders: list[str], recursive: bool,
     """``source.files`` of each of ``folders``, in order."""
     list_one = lambda folder: source.files(folder, recursive)  # noqa: E731
     workers = workers or decode.default_workers()
-    listings = []
-    if isinstance(source, LocalFolder) or workers == 1:
+    if workers == 1:
+        return [list_one(folder) for folder in folders]
+    first = []
+    if isinstance(source, LocalFolder):
         start = time.perf_counter()
-        listings.append(list_one(folders[0]))
-        per_folder, per_file = FAST_LISTING_S
-        fast = time.perf_counter() - start < per_folder + per_file * len(listings[0])
-        if fast or workers == 1:
-            return listings + [list_one(folder) for folder in folders[1:]]
+        first = [list_one(folders[0])]
+        took = time.perf_counter() - start
+        if took < FAST_LISTING_S_PER_FOLDER + FAST_LISTING_S_PER_FILE * len(first[0]):
+            return first + [list_one(folder) for folder in folders[1:]]
     with concurrent.futures.ThreadPoolExecutor(workers) as ex:
-        return listings + list(ex.map(list_one, folders[len(listings):]))
+        return first + list(ex.map(list_one, folders[len(first):]))
 
 
 def _sort_listing(listing, skipped: list, bad: list) -> list[tuple[str, str]]:
