@@ -191,6 +191,59 @@ def test_close_writes_the_file_only_if_an_update_is_not_in_it_yet(tmp_path):
     np.testing.assert_array_equal(train.get_xdata(), [1, 2])
 
 
+def grid_png(plot) -> np.ndarray:
+    buffer = io.BytesIO()
+    plot.save(buffer, format="png", dpi=50)
+    buffer.seek(0)
+    return matplotlib.image.imread(buffer)
+
+
+def test_a_grid_redrawn_in_place_shows_what_one_drawn_once_does():
+    """Each redraw updates the cells' artists: after many redraws (epochs shaded as they come,
+    a panel reused for the next trial, jobs ending) the picture and the artists are those of
+    a grid drawn once from the same messages."""
+    rng = np.random.default_rng(0)
+    messages = []
+    for i in range(1, 1301):  # job 0 validates every 100 iterations, job 2 never
+        for job, per_epoch in ((0, 100), (1, 130), (2, 70)):
+            if job == 1 and i > 900:
+                continue
+            extra = {"validation_accuracy": 50 + i / 100, "validation_loss": 2 - i / 1000} \
+                if job == 0 and i % 100 == 0 else {}
+            messages.append((job, message(i, float(rng.uniform(0, 100)), loss=float(rng.random()),
+                                          epoch=(i - 1) // per_epoch + 1, **extra)))
+    messages.insert(len(messages) // 2, ("reuse", 1))
+    messages += [(0, {"state": "done"}), (1, {"state": "failed"})]
+
+    def feed(plot, redraw_every):
+        for k, (job, what) in enumerate(messages):
+            if job == "reuse":
+                plot.reuse(what, "trial 7")
+            else:
+                plot.update(job, what)
+            if redraw_every and k % redraw_every == 0:
+                grid_png(plot)
+        return plot
+
+    kwargs = dict(titles=["a", "b", "c"], min_interval=3600)
+    often = feed(live.SweepProgressPlot(3, **kwargs), redraw_every=251)
+    once = feed(live.SweepProgressPlot(3, **kwargs), redraw_every=None)
+    first, second = grid_png(often), grid_png(once)
+    # the same up to rounding: the shading's limits pass through the axes' transforms
+    assert np.abs(first - second).max() <= 2 / 255
+    assert np.count_nonzero(np.abs(first - second).max(-1)) <= 10
+    assert titles(often) == titles(once) == ["a: done", "trial 7: failed", "c: running"]
+    for a, b in zip(often.figure.axes, once.figure.axes):
+        assert len(a.patches) == len(b.patches)  # no epoch shaded twice or left over
+        assert [p.get_x() for p in a.patches] == [p.get_x() for p in b.patches]
+        for line, same in zip(a.lines, b.lines, strict=True):
+            np.testing.assert_array_equal(line.get_xydata(), same.get_xydata())
+        np.testing.assert_allclose(a.get_xlim(), b.get_xlim())
+        np.testing.assert_allclose(a.get_ylim(), b.get_ylim())
+    epochs_of_c = len(often.figure.axes[4].patches)
+    assert epochs_of_c == 9  # 1,300 iterations of 70: epochs 2, 4, ..., 18 shaded
+
+
 class FakePool:
     def __init__(self, **attrs):
         self.callbacks = []

@@ -62,6 +62,7 @@ class LiveFigure:
     """
 
     background = False
+    draws_in_place = False  # ``_draw`` updates the artists it made before: no clear first
 
     def __init__(self, *, figsize, min_interval: float, path=None, layout="constrained"):
         self._lock = threading.RLock()  # updates may come from a pool's reader thread
@@ -119,7 +120,8 @@ class LiveFigure:
         with self._figure_lock:
             if self._stale:
                 self._drawn_version = self._version  # an update while drawing: stale again
-                self.figure.clear()
+                if not self.draws_in_place:
+                    self.figure.clear()
                 self._draw(self.figure)
 
     def _show(self, *, now: bool = False) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jaxflowers.plots.backend import BLUE, RED, LiveFigure
-from jaxflowers.plots.training_progress import epoch_spans, percent_axis, shade_epochs
+from jaxflowers.plots.training_progress import epoch_spans, percent_axis, shade_span
 
 __all__ = ["SweepProgressPlot", "sweep_progress"]
 
@@ -52,6 +52,8 @@ class SweepProgressPlot(LiveFigure):
       title: the figure's title; None: "Training progress of N networks".
     """
 
+    draws_in_place = True
+
     def __init__(self, num_jobs: int, *, titles=None, ncols: int = 2,
                  min_interval: float = 0.5, path=None, title: str | None = None):
         if int(num_jobs) < 1:
@@ -66,6 +68,7 @@ class SweepProgressPlot(LiveFigure):
                       f"{'s' if self.num_jobs > 1 else ''}") if title is None else str(title)
         self.jobs = [_JobTrace() for _ in range(self.num_jobs)]
         self._warned = False
+        self._panels: list[_Panel] | None = None  # the cells, laid out at the first draw
         rows = math.ceil(self.num_jobs / self.ncols)
         # Laid out by fixed margins, not a layout engine: the grid is redrawn at every
         # validation and job end, and constrained layout took a third of each redraw.
@@ -124,6 +127,14 @@ class SweepProgressPlot(LiveFigure):
         self._changed(force=True)
 
     def _draw(self, fig) -> None:
+        # Laid out once; later redraws move the lines, re-shade the epochs that changed and
+        # retitle: rebuilding the axes and their ticks was over half of each redraw.
+        if self._panels is None:
+            self._panels = self._lay_out(fig)
+        for panel, title, job in zip(self._panels, self.titles, self.jobs):
+            panel.show(title, job)
+
+    def _lay_out(self, fig) -> list[_Panel]:
         from matplotlib.lines import Line2D
 
         rows = math.ceil(self.num_jobs / self.ncols)
@@ -132,8 +143,8 @@ class SweepProgressPlot(LiveFigure):
         # grid's ratios, not its margins)
         grid = fig.add_gridspec(rows + 2, self.ncols, wspace=0, hspace=0,
                                 height_ratios=[_TOP, *[_CELL[1]] * rows, _BOTTOM])
-        for k, (title, job) in enumerate(zip(self.titles, self.jobs)):
-            _draw_job(fig.add_subfigure(grid[1 + k // self.ncols, k % self.ncols]), title, job)
+        panels = [_Panel(fig.add_subfigure(grid[1 + k // self.ncols, k % self.ncols]))
+                  for k in range(self.num_jobs)]
         fig.suptitle(self.title, fontsize="medium", y=1 - 0.1 / height, va="top")
         handles = [Line2D([], [], lw=1.2, color=BLUE, label="Training accuracy"),
                    Line2D([], [], lw=1.2, color=RED, label="Training loss"),
@@ -141,6 +152,7 @@ class SweepProgressPlot(LiveFigure):
                           label="Validation")]
         fig.legend(handles=handles, loc="lower center", ncols=3, fontsize="small",
                    frameon=False, bbox_to_anchor=(0.5, 0))
+        return panels
 
 
 def _envelope(x, y, buckets: int = _BUCKETS) -> tuple[np.ndarray, np.ndarray]:
@@ -163,27 +175,54 @@ def _envelope(x, y, buckets: int = _BUCKETS) -> tuple[np.ndarray, np.ndarray]:
     return x[index], y[index]
 
 
-def _draw_job(cell, title: str, job: _JobTrace) -> None:
-    """One job's accuracy (top) and loss (bottom), epochs shaded, its state in the title."""
-    (left, right, top, bottom), (width, height) = _MARGINS, _CELL
-    acc, loss = cell.subplots(2, 1, sharex=True, gridspec_kw=dict(
-        left=left / width, right=1 - right / width, top=1 - top / height,
-        bottom=bottom / height, hspace=0.1))
-    acc.plot(*_envelope(job.iteration, job.accuracy), lw=1, color=BLUE)
-    loss.plot(*_envelope(job.iteration, job.loss), lw=1, color=RED)
-    for ax, values in ((acc, job.validation_accuracy), (loss, job.validation_loss)):
-        if job.validation_iteration:
-            ax.plot(job.validation_iteration, values, "--o", ms=3, lw=1, color="black")
-        ax.grid(alpha=0.25)
-    percent_axis(acc)
-    acc.set_ylabel("Accuracy (%)")
-    loss.set(xlabel="Iteration", ylabel="Loss")
-    from matplotlib.ticker import MaxNLocator
+class _Panel:
+    """One job's cell: accuracy (top) and loss (bottom), every other epoch shaded, its state
+    in the title; ``show`` brings the artists up to a trace, as a fresh cell would draw it."""
 
-    loss.xaxis.set_major_locator(MaxNLocator(integer=True))
-    shade_epochs((acc, loss), epoch_spans({"iteration": job.iteration, "epoch": job.epoch}))
-    cell.suptitle(f"{title}: {job.state}", color=_STATE_COLORS.get(job.state, "black"),
-                  fontsize="medium")
+    def __init__(self, cell):
+        from matplotlib.ticker import MaxNLocator
+
+        (left, right, top, bottom), (width, height) = _MARGINS, _CELL
+        self.acc, self.loss = cell.subplots(2, 1, sharex=True, gridspec_kw=dict(
+            left=left / width, right=1 - right / width, top=1 - top / height,
+            bottom=bottom / height, hspace=0.1))
+        self.axes = (self.acc, self.loss)
+        self.training = [ax.plot([], [], lw=1, color=color)[0]
+                         for ax, color in zip(self.axes, (BLUE, RED))]
+        self.validation = [ax.plot([], [], "--o", ms=3, lw=1, color="black")[0]
+                           for ax in self.axes]
+        for ax in self.axes:
+            ax.grid(alpha=0.25)
+        percent_axis(self.acc)
+        self.acc.set_ylabel("Accuracy (%)")
+        self.loss.set(xlabel="Iteration", ylabel="Loss")
+        self.loss.xaxis.set_major_locator(MaxNLocator(integer=True))
+        self.title = cell.suptitle("", fontsize="medium")
+        self.spans: list[tuple] = []  # the shaded epochs' bounds, and their patches
+        self.shaded: list[list] = []
+
+    def show(self, title: str, job: _JobTrace) -> None:
+        for line, values in zip(self.training, (job.accuracy, job.loss)):
+            line.set_data(*_envelope(job.iteration, values))
+        for line, values in zip(self.validation, (job.validation_accuracy,
+                                                  job.validation_loss)):
+            line.set_data(job.validation_iteration, values)
+        spans = epoch_spans({"iteration": job.iteration, "epoch": job.epoch})[1::2]
+        kept = 0  # re-shade from the first epoch whose bounds changed (the running one)
+        while kept < min(len(spans), len(self.spans)) and spans[kept] == self.spans[kept]:
+            kept += 1
+        for patches in self.shaded[kept:]:
+            for patch in patches:
+                patch.remove()
+        self.shaded[kept:] = [shade_span(self.axes, first, last)
+                              for first, last, _ in spans[kept:]]
+        self.spans = spans
+        for ax in self.axes:
+            ax.relim()
+        for ax in self.axes:
+            ax.autoscale_view()
+        self.title.set_text(f"{title}: {job.state}")
+        self.title.set_color(_STATE_COLORS.get(job.state, "black"))
 
 
 def sweep_progress(pool, *, titles=None, num_jobs: int | None = None, ncols: int = 2,

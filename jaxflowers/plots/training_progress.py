@@ -23,7 +23,7 @@ from jaxflowers.plots.progress_info import (
 )
 
 __all__ = ["DEFAULT_PATH", "TrainingProgressPlot", "draw_figure",
-           "draw_panels", "epoch_spans", "percent_axis", "shade_epochs",
+           "draw_panels", "epoch_spans", "percent_axis", "shade_epochs", "shade_span",
            "training_progress"]
 
 DEFAULT_PATH = "training_progress.png"  # without a display or a path: in the working folder
@@ -57,11 +57,16 @@ def epoch_spans(info, facts: RunFacts | None = None) -> list[tuple[float, float,
     return [(it[s] - 0.5, e, int(ep[s])) for s, e in zip(starts, ends)]
 
 
-def shade_epochs(panels, spans) -> None:
-    """Shade every other epoch of ``spans`` ((first, last, epoch) bounds) on each panel."""
-    for ax in panels:
-        for first, last, _ in spans[1::2]:
-            ax.axvspan(first, last, color="0.5", alpha=0.08, lw=0, gid="epoch")
+def shade_epochs(panels, spans) -> list[list]:
+    """Shade every other epoch of ``spans`` ((first, last, epoch) bounds) on each panel; the
+    patches, a list (one per panel) for each epoch shaded."""
+    return [shade_span(panels, first, last) for first, last, _ in spans[1::2]]
+
+
+def shade_span(panels, first: float, last: float) -> list:
+    """Shade one epoch, from iteration ``first`` to ``last``, on each panel; the patches."""
+    return [ax.axvspan(first, last, color="0.5", alpha=0.08, lw=0, gid="epoch")
+            for ax in panels]
 
 
 def _draw_epochs(panels, spans) -> None:
