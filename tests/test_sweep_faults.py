@@ -23,7 +23,7 @@ import pytest
 
 import jaxflowers as jf
 from jaxflowers.sweep.example import report as results
-from jaxflowers.sweep.example import run as example
+from jaxflowers.sweep.example.ends import job_outcome
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -109,7 +109,8 @@ def test_a_diverged_job_is_failed_with_its_reason_and_never_the_best():
     for output in outputs:
         futures.append(concurrent.futures.Future())
         futures[-1].set_result(output)
-    _, outcomes = example._fetch(futures, (1, 2))
+    outcomes = [job_outcome(k, future, depth)[1]
+                for k, (future, depth) in enumerate(zip(futures, (1, 2)))]
     assert [o.status for o in outcomes] == ["done", "failed"]
     assert outcomes[1].error == "training loss is NaN at iteration 3"
     table = results.ProgressTable((1, 2), open(os.devnull, "w"))

@@ -5,7 +5,6 @@ would hold memory on the GPUs its workers need.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import os
 import pathlib
@@ -21,7 +20,8 @@ from jaxflowers.sweep import channel, transfer
 from jaxflowers.sweep.events import Relay
 from jaxflowers.sweep.example import report as results
 from jaxflowers.sweep.example.data import example_plan
-from jaxflowers.sweep.example.report import JobOutcome, ProgressTable
+from jaxflowers.sweep.example.ends import JobEnds
+from jaxflowers.sweep.example.report import ProgressTable
 from jaxflowers.sweep.futures import wait_jobs
 from jaxflowers.sweep.jobs import job_options, train_job
 from jaxflowers.sweep.pool import DevicePool
@@ -144,24 +144,29 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
             futures = [pool.submit(depth_job, data=plan, depth=d, max_epochs=epochs, seed=seed,
                                    options_overrides=overrides) for d in depths]
             plot, table = _watch(pool, relay, depths, stream, start, out / "sweep_progress.png")
+            from jaxflowers.plots.backend import has_window  # matplotlib, imported by _watch
+
+            ends = JobEnds(futures, depths, plan, out, charts=not has_window())
             interrupted = _wait(futures, pool, stream)
-        outputs, outcomes = _fetch(futures, depths)
+        outputs, outcomes = ends.results()
         best = results.print_outcomes(outcomes, table, stream)
         test = best_net = None
         if best is not None:
-            best_net, _, test_codes = outputs[best]
-            test = _evaluate(best_net, test_codes, plan, depths[best], stream)
+            best_net = outputs[best][0]
+            test = ends.test(best, outputs)
+            print(f"Test accuracy of depth {test.depth}: {test.accuracy:.2f}% "
+                  f"({test.facts['test_images']} images)", file=stream, flush=True)
     wall = time.perf_counter() - start
     facts = dict(data=recipes.describe_plan(plan), epochs=int(epochs), seed=seed,
                  interrupted=interrupted, wall_time=wall, log_dir=str(pool.log_dir))
-    summary = results.summary(outcomes, best=best, test=test and test[0],
-                              metrics=results.write_metrics(outcomes, out), **facts)
+    summary = results.summary(outcomes, best=best, test=test and test.facts,
+                              metrics=ends.metrics, **facts)
     results_path = out / "sweep_results.json"
     results_path = results_path if results.write_results(results_path, summary) else None
     progress_path, confusion_path = _save_figures(plot, test, out, stream)
     return SweepResult(depths, tuple(o.accuracy for o in outcomes),
                        tuple(o.error for o in outcomes), None if best is None else depths[best],
-                       test and test[0]["test_accuracy"], wall, confusion_path, progress_path,
+                       test and test.accuracy, wall, confusion_path, progress_path,
                        results_path, pool.log_dir, interrupted, best_net)
 
 
@@ -234,55 +239,12 @@ def _wait(futures, pool: DevicePool, stream: TextIO) -> str | None:
         return "SIGTERM" if isinstance(stop, signals.Terminated) else "SIGINT"
 
 
-def _fetch(futures, depths) -> tuple[list, list[JobOutcome]]:
-    """Each job's output (None if it failed) and how it ended; a diverged run has failed."""
-    concurrent.futures.wait(futures)
-    outputs, outcomes = [], []
-    for index, (future, depth) in enumerate(zip(futures, depths)):
-        error = "cancelled" if future.cancelled() else future.exception()
-        output = None if error else future.result()  # may import JAX: the jobs have ended
-        info = None if output is None else output[1]
-        if info is not None and info.diverged:
-            error = info.stop_reason
-        outputs.append(output)
-        outcomes.append(JobOutcome(index, depth, info,
-                                   str(error).split("\n")[0] if error else None))
-    return outputs, outcomes
-
-
-def _evaluate(net, test_codes, plan, depth: int, stream: TextIO) -> tuple[dict, Any]:
-    """Print the best job's test accuracy; (facts for the summary, a confusion-chart saver)."""
-    from jaxflowers.inference.labels import Labels, accuracy
-
-    test_set = recipes.load_plan(plan)[2]
-    predicted = Labels(test_codes, net.class_names)
-    test_accuracy = 100.0 * accuracy(predicted, test_set.labels)
-    print(f"Test accuracy of depth {depth}: {test_accuracy:.2f}% ({len(test_set)} images)",
-          file=stream, flush=True)
-
-    def save(path):
-        import matplotlib.pyplot as plt
-
-        from jaxflowers.plots import confusion_chart
-
-        chart = confusion_chart(  # sized to the class count
-            test_set.labels, predicted.codes, net.class_names, row_summary="row-normalized",
-            column_summary="column-normalized",
-            title=f"cifar_net depth {depth}: test accuracy {test_accuracy:.2f}%")
-        try:
-            chart.savefig(path, dpi=100)
-        finally:
-            plt.close(chart.figure)  # nothing left open
-
-    return {"test_accuracy": test_accuracy, "test_images": len(test_set)}, save
-
-
 def _save_figures(plot, test, out: pathlib.Path, stream: TextIO):
     """Save the progress grid's last frame and the confusion chart; the paths written (None:
     failed, with a warning)."""
     saved = [plot.close()]
     saved.append(out / "confusion_best.png" if test else None)
-    if test and not results.save_figure(test[1], saved[1]):
+    if test and not results.save_figure(test.save, saved[1]):
         saved[1] = None
     written = [str(path) for path in saved if path is not None]
     if written:
