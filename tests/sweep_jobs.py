@@ -142,12 +142,14 @@ def placed(seconds: float):
 def worker_facts():
     """This worker's pid and whether JAX was imported before the job began (what a warm
     worker does while it waits) and when it was ready, relative to its job's hand-over
-    (``channel.ready``); prints a line to the job's log."""
+    (``channel.ready``) and to its own launch (``channel.warm_since``); prints a line to the
+    job's log."""
     from jaxflowers.sweep import channel
 
-    ready = channel.ready()
+    ready, since = channel.ready(), channel.warm_since()
     facts = {"pid": os.getpid(), "jax_preloaded": "jax" in sys.modules,
-             "ready_before_job": None if ready is None else ready <= channel.launched()}
+             "ready_before_job": None if ready is None else ready <= channel.launched(),
+             "launched_before_ready": None if since is None else since <= ready}
     print(f"worker facts: {facts}", flush=True)
     return facts
 

@@ -161,6 +161,7 @@ def test_warm_workers_take_the_next_jobs_and_none_outlives_the_pool(tmp_path):
         facts = jf.sweep.fetch_outputs([first, second])
     assert [f["jax_preloaded"] for f in facts] == [True, True]
     assert facts[0]["ready_before_job"] is not None  # the job's start-up line can say when
+    assert facts[0]["launched_before_ready"] is True  # and when the worker was launched
     assert facts[0]["pid"] == waiting.pid != facts[1]["pid"]
     logs = sorted((tmp_path / "logs").iterdir())
     assert [log.name for log in logs] == ["job-0000.log", "job-0001.log"]
@@ -173,6 +174,7 @@ def test_warm_workers_take_the_next_jobs_and_none_outlives_the_pool(tmp_path):
         waiting.wait(timeout=10)
         facts = pool.submit(sweep_jobs.worker_facts).result(timeout=120)
         assert facts["jax_preloaded"] is False and facts["ready_before_job"] is None
+        assert facts["launched_before_ready"] is None  # launched with its job
     with jf.sweep.DevicePool(2, log_dir=tmp_path / "unused", warm_workers=True):
         sweep_workers_soon(2)
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]

@@ -9,12 +9,14 @@ import threading
 import time
 from typing import Any, Mapping
 
-__all__ = ["ENV_FD", "ENV_LAUNCHED", "ENV_READY", "connect", "encode_message", "launched",
-           "mark", "marks", "print_times", "ready", "report"]
+__all__ = ["ENV_FD", "ENV_LAUNCHED", "ENV_READY", "ENV_WARM_SINCE", "connect",
+           "encode_message", "launched", "mark", "marks", "print_times", "ready", "report",
+           "warm_since"]
 
 ENV_FD = "JAXFLOWERS_SWEEP_REPORT_FD"
 ENV_LAUNCHED = "JAXFLOWERS_SWEEP_LAUNCHED"  # time.time() when the worker got its job
 ENV_READY = "JAXFLOWERS_SWEEP_READY"  # time.time() when a warm worker had imported JAX
+ENV_WARM_SINCE = "JAXFLOWERS_SWEEP_WARM_SINCE"  # time.time() when a warm worker was launched
 # The one pipe of this worker process; set by ``connect`` in the worker, None elsewhere.
 _channel: dict[str, Any] = {"fd": None, "lock": threading.Lock()}
 
@@ -57,7 +59,8 @@ def connect(environ: dict[str, str] | None = None) -> bool:
     environ = os.environ if environ is None else environ
     fd = environ.pop(ENV_FD, None)  # popped: the job's subprocesses must not inherit it
     _channel["fd"] = int(fd) if fd else None
-    for key, name in (("launched", ENV_LAUNCHED), ("ready", ENV_READY)):
+    for key, name in (("launched", ENV_LAUNCHED), ("ready", ENV_READY),
+                      ("warm_since", ENV_WARM_SINCE)):
         try:
             _channel[key] = float(environ.pop(name))
         except (KeyError, ValueError):
@@ -94,3 +97,9 @@ def ready() -> float | None:
     """``time.time()`` when this warm worker had imported JAX and the training code; None if
     the worker was launched with its job, or outside a pool."""
     return _channel.get("ready")
+
+
+def warm_since() -> float | None:
+    """``time.time()`` when this warm worker was launched, before its job came; None if the
+    worker was launched with its job, or outside a pool."""
+    return _channel.get("warm_since")

@@ -10,7 +10,7 @@ import time
 from typing import Any, Mapping
 
 from jaxflowers import recipes  # imports no JAX
-from jaxflowers.sweep.channel import launched, mark, print_times, ready, report
+from jaxflowers.sweep.channel import launched, mark, print_times, ready, report, warm_since
 
 __all__ = ["job_options", "train_job"]
 
@@ -57,11 +57,14 @@ def train_job(*, data, model, options, execution=None, seed: int | None = None):
 class _StartUp:
     """When a job's start-up steps ended, in seconds after its worker got it (launched with
     it, or handed it warm), or after ``train_job`` began outside a pool: one line in its log.
-    A warm worker's line begins with when it had imported JAX (negative: before the job came)."""
+    A warm worker's line begins with when it was launched and when it had imported JAX
+    (negative: before the job came)."""
 
     def __init__(self):
         self.origin = launched() or time.time()
         self.marks: dict[str, float] = {}
+        if (worker_launched := warm_since()) is not None:
+            self.marks["worker launched"] = worker_launched - self.origin
         if (worker_ready := ready()) is not None:
             self.marks["worker ready"] = worker_ready - self.origin
         self.marks["job function"] = time.time() - self.origin

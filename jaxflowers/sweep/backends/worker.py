@@ -75,7 +75,7 @@ def _wait_for_job(jobs: queue.SimpleQueue) -> pathlib.Path:
     line, ``_watch_parent``), send the output to the job's log."""
     import importlib
 
-    from jaxflowers.sweep.channel import ENV_LAUNCHED, ENV_READY
+    from jaxflowers.sweep.channel import ENV_LAUNCHED, ENV_READY, ENV_WARM_SINCE
 
     for module in PRELOAD:
         try:
@@ -90,6 +90,7 @@ def _wait_for_job(jobs: queue.SimpleQueue) -> pathlib.Path:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
+    os.environ[ENV_WARM_SINCE] = os.environ.get(ENV_LAUNCHED, "")  # this process's launch
     os.environ[ENV_LAUNCHED] = repr(job["assigned"])  # start-up counts from the hand-over
     for name, value in job.get("environment", {}).items():  # the slot's, read by JAX later
         if value is None:
