@@ -2,7 +2,7 @@
 
     python benchmarks/end_to_end.py example DATA [--devices N] [--seeds 0 1]  # ResNet-50
     python benchmarks/end_to_end.py sweep DATA [--devices N] [--jobs-per-device K|auto]
-        [--mps auto|on|off] [--epochs 30]
+        [--mps auto|on|off] [--epochs 30] [--bytecode as-is|cached]
 
 Each run is a fresh ``python -m jaxflowers ...`` process timed from outside. "cold" starts
 with empty resize and compilation caches (in ``--scratch``, default a temporary folder);
@@ -12,6 +12,8 @@ with empty resize and compilation caches (in ``--scratch``, default a temporary 
 for "sweep" (``synthetic_folders.py cifar DEST``). Prints a table, with how long each process
 took to exit after its last line; --out saves JSON (with when each line of the command came).
 The runs import the package that ``PYTHONPATH`` names first, else the current folder's.
+``--bytecode cached`` lets them cache Python's bytecode in the scratch folder (kept across
+cold runs, as an install's is) where the environment forbids writing it.
 """
 import argparse
 import json
@@ -101,6 +103,21 @@ def start_ups(log_dir: str, what: str = "Start-up") -> list[str]:
     return lines
 
 
+def run_environment(scratch: str, bytecode: str = "as-is", base=None) -> dict:
+    """The runs' environment: their caches in ``scratch``, the package of ``PYTHONPATH``
+    first, then the current folder's ("python -m" alone would put the current folder first);
+    ``bytecode="cached"``: Python's bytecode written and read in ``scratch/pycache``."""
+    base = os.environ if base is None else base
+    path = [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(base, JAXFLOWERS_CACHE_DIR=os.path.join(scratch, "cache"),
+               JAXFLOWERS_COMPILE_CACHE=os.path.join(scratch, "xla"), PYTHONSAFEPATH="1",
+               PYTHONPATH=os.pathsep.join(path + [os.getcwd()]))
+    if bytecode == "cached":
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(scratch, "pycache")
+    return env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -116,16 +133,17 @@ def main() -> None:
     parser.add_argument("--scratch", help="caches and outputs (kept); default: a temporary folder")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
     parser.add_argument("--out", help="JSON file for the rows")
+    parser.add_argument("--bytecode", choices=("as-is", "cached"), default="as-is",
+                        help="cached: the runs write and read Python's bytecode in "
+                             "SCRATCH/pycache (PYTHONPYCACHEPREFIX, PYTHONDONTWRITEBYTECODE "
+                             "removed), as an installed package runs; as-is: the environment's "
+                             "choice (where it sets PYTHONDONTWRITEBYTECODE, every process "
+                             "compiles the modules that have no .pyc)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as temporary:
         scratch = args.scratch = args.scratch or temporary
-        # the package of PYTHONPATH, then the current folder's: "python -m" alone would put
-        # the current folder first, whatever PYTHONPATH names
-        path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        env = dict(os.environ, JAXFLOWERS_CACHE_DIR=os.path.join(scratch, "cache"),
-                   JAXFLOWERS_COMPILE_CACHE=os.path.join(scratch, "xla"), PYTHONSAFEPATH="1",
-                   PYTHONPATH=os.pathsep.join(path + [os.getcwd()]))
+        env = run_environment(scratch, args.bytecode)
         cmd = command(args)
         print(" ".join(cmd), flush=True)
         plan = [(run, args.seeds[0]) for run in args.runs]

@@ -140,3 +140,19 @@ def test_listing_time_times_every_thread_count_against_the_floor(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["round"] for r in rows] == [0, 1]
     assert all(r["files"] == 12 and min(r["plain"], r["1"], r["3"]) > 0 for r in rows)
+
+
+def test_end_to_end_caches_bytecode_in_the_scratch_folder_only_when_asked(tmp_path):
+    """Where the environment forbids writing bytecode (the GPU host does), ``--bytecode
+    cached`` lets the timed processes write and read it in the scratch folder, as an
+    installed package runs; as-is keeps the environment's choice."""
+    environment = _script("end_to_end").run_environment
+    base = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": "/pkg", "HOME": "/h"}
+    cached = environment(str(tmp_path), "cached", base)
+    assert "PYTHONDONTWRITEBYTECODE" not in cached
+    assert cached["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pycache")
+    assert cached["PYTHONPATH"].split(os.pathsep) == ["/pkg", os.getcwd()]
+    assert cached["JAXFLOWERS_COMPILE_CACHE"] == str(tmp_path / "xla")
+    as_is = environment(str(tmp_path), "as-is", base)
+    assert as_is["PYTHONDONTWRITEBYTECODE"] == "1" and "PYTHONPYCACHEPREFIX" not in as_is
+    assert base == {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": "/pkg", "HOME": "/h"}
