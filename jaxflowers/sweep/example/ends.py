@@ -35,9 +35,9 @@ class BestTest:
         from jaxflowers.inference.labels import Labels, accuracy
 
         self.position, self.depth = position, depth
-        self._labels, self._codes = test_set.labels, Labels(codes, class_names).codes
-        self._class_names = class_names
-        self.accuracy = 100.0 * accuracy(Labels(codes, class_names), test_set.labels)
+        predicted = Labels(codes, class_names)
+        self._labels, self._codes, self._class_names = test_set.labels, predicted.codes, class_names
+        self.accuracy = 100.0 * accuracy(predicted, test_set.labels)
         self.facts = {"test_accuracy": self.accuracy, "test_images": len(test_set)}
         self._png: bytes | None = None
 
@@ -78,12 +78,16 @@ class JobEnds:
     Args:
       futures: the jobs' futures, in job order. depths: each job's cifar_net depth.
       plan: the example's plan (its test set). out: the run folder.
-      charts: draw the best network's chart ahead (only where no figure window is open:
-        pyplot's windows belong to the main thread).
+      charts: draw the best network's chart ahead; None: unless a figure window is open
+        (pyplot's windows belong to the main thread).
     """
 
     def __init__(self, futures: Sequence, depths: Sequence[int], plan: Mapping,
-                 out: pathlib.Path, *, charts: bool = True):
+                 out: pathlib.Path, *, charts: bool | None = None):
+        if charts is None:
+            from jaxflowers.plots.backend import has_window
+
+            charts = not has_window()
         self._futures, self._depths, self._plan, self._out = list(futures), depths, plan, out
         self._charts = charts
         self._ends: dict[int, tuple[Any, JobOutcome]] = {}

@@ -144,9 +144,7 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
             futures = [pool.submit(depth_job, data=plan, depth=d, max_epochs=epochs, seed=seed,
                                    options_overrides=overrides) for d in depths]
             plot, table = _watch(pool, relay, depths, stream, start, out / "sweep_progress.png")
-            from jaxflowers.plots.backend import has_window  # matplotlib, imported by _watch
-
-            ends = JobEnds(futures, depths, plan, out, charts=not has_window())
+            ends = JobEnds(futures, depths, plan, out)  # each job's outputs as it ends
             interrupted = _wait(futures, pool, stream)
         outputs, outcomes = ends.results()
         best = results.print_outcomes(outcomes, table, stream)
