@@ -169,3 +169,18 @@ assert not backends_are_initialized(), "the caller started a JAX backend"
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_a_metrics_file_that_cannot_be_written_is_warned_once_and_the_rest_go_on(
+        plan, test_set, tmp_path, capfd):
+    blocked = tmp_path / "metrics-job0.csv"
+    blocked.mkdir()  # a folder where job 0's file goes
+    futures = [concurrent.futures.Future() for _ in range(2)]
+    ends = JobEnds(futures, (1, 2), plan, tmp_path, charts=False)
+    for k in range(2):
+        futures[k].set_result(output(test_set, 50.0 + k, 0.5, k))
+    got, outcomes = ends.results()
+    assert [o.status for o in outcomes] == ["done", "done"]
+    assert ends.metrics == {1: "metrics-job1.csv"}
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and str(blocked) in warnings[0], warnings

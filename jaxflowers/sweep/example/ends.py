@@ -92,6 +92,7 @@ class JobEnds:
         self._charts = charts
         self._ends: dict[int, tuple[Any, JobOutcome]] = {}
         self.metrics: dict[int, str] = {}  # job position -> its CSV's name in ``out``
+        self._written: set[int] = set()  # jobs whose CSV was tried (a failure warns once)
         self._best: BestTest | None = None
         self._test_set = None
         self._thread = threading.Thread(target=self._follow, name="jaxflowers-job-ends",
@@ -109,7 +110,7 @@ class JobEnds:
         self._thread.join()
         ends = [self._ends.get(k) or job_outcome(k, future, depth)  # if the thread failed
                 for k, (future, depth) in enumerate(zip(self._futures, self._depths))]
-        missing = [outcome for k, (_, outcome) in enumerate(ends) if k not in self.metrics]
+        missing = [outcome for k, (_, outcome) in enumerate(ends) if k not in self._written]
         self.metrics.update(results.write_metrics(missing, self._out))
         return [output for output, _ in ends], [outcome for _, outcome in ends]
 
@@ -133,6 +134,7 @@ class JobEnds:
         output, outcome = job_outcome(position, future, self._depths[position])
         self._ends[position] = (output, outcome)
         self.metrics.update(results.write_metrics([outcome], self._out))
+        self._written.add(position)
         if outcome.accuracy is None or output[2] is None:
             return
         best = self._best
