@@ -30,6 +30,14 @@ os.environ.setdefault("JAXFLOWERS_COMPILE_CACHE", _SESSION_CACHE)
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Where the environment forbids writing bytecode (PYTHONDONTWRITEBYTECODE, as on the CI
+# machines), every process the tests start would compile the package from source (about
+# 0.1 s each here): compiled once, as an install compiles it.
+if sys.dont_write_bytecode:
+    import compileall
+
+    compileall.compile_dir(pathlib.Path(__file__).resolve().parents[1] / "jaxflowers", quiet=2)
+
 import jax  # noqa: E402  (must come after the environment above)
 import pytest  # noqa: E402
 
