@@ -198,8 +198,7 @@ class _Panel:
         self.loss.set(xlabel="Iteration", ylabel="Loss")
         self.loss.xaxis.set_major_locator(MaxNLocator(integer=True))
         self.title = cell.suptitle("", fontsize="medium")
-        self.spans: list[tuple] = []  # the shaded epochs' bounds, and their patches
-        self.shaded: list[list] = []
+        self.shaded: list[tuple] = []  # (the epoch's bounds, its patches) of each shaded epoch
 
     def show(self, title: str, job: _JobTrace) -> None:
         for line, values in zip(self.training, (job.accuracy, job.loss)):
@@ -209,15 +208,13 @@ class _Panel:
             line.set_data(job.validation_iteration, values)
         spans = epoch_spans({"iteration": job.iteration, "epoch": job.epoch})[1::2]
         kept = 0  # re-shade from the first epoch whose bounds changed (the running one)
-        while kept < min(len(spans), len(self.spans)) and spans[kept] == self.spans[kept]:
+        while kept < min(len(spans), len(self.shaded)) and spans[kept] == self.shaded[kept][0]:
             kept += 1
-        for patches in self.shaded[kept:]:
+        for _, patches in self.shaded[kept:]:
             for patch in patches:
                 patch.remove()
-        self.shaded[kept:] = [shade_span(self.axes, first, last)
-                              for first, last, _ in spans[kept:]]
-        self.spans = spans
-        for ax in self.axes:
+        self.shaded[kept:] = [(span, shade_span(self.axes, *span[:2])) for span in spans[kept:]]
+        for ax in self.axes:  # both limits first: the two axes share x
             ax.relim()
         for ax in self.axes:
             ax.autoscale_view()

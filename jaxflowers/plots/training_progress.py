@@ -57,10 +57,10 @@ def epoch_spans(info, facts: RunFacts | None = None) -> list[tuple[float, float,
     return [(it[s] - 0.5, e, int(ep[s])) for s, e in zip(starts, ends)]
 
 
-def shade_epochs(panels, spans) -> list[list]:
-    """Shade every other epoch of ``spans`` ((first, last, epoch) bounds) on each panel; the
-    patches, a list (one per panel) for each epoch shaded."""
-    return [shade_span(panels, first, last) for first, last, _ in spans[1::2]]
+def shade_epochs(panels, spans) -> None:
+    """Shade every other epoch of ``spans`` ((first, last, epoch) bounds) on each panel."""
+    for first, last, _ in spans[1::2]:
+        shade_span(panels, first, last)
 
 
 def shade_span(panels, first: float, last: float) -> list:

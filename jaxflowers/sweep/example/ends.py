@@ -37,9 +37,13 @@ class BestTest:
         self.position, self.depth = position, depth
         predicted = Labels(codes, class_names)
         self._labels, self._codes, self._class_names = test_set.labels, predicted.codes, class_names
-        self.accuracy = 100.0 * accuracy(predicted, test_set.labels)
-        self.facts = {"test_accuracy": self.accuracy, "test_images": len(test_set)}
+        self.accuracy, self.images = 100.0 * accuracy(predicted, test_set.labels), len(test_set)
         self._png: bytes | None = None
+
+    @property
+    def facts(self) -> dict:
+        """What ``sweep_results.json`` keeps of the test."""
+        return {"test_accuracy": self.accuracy, "test_images": self.images}
 
     @property
     def drawn(self) -> bool:
@@ -123,10 +127,10 @@ class JobEnds:
                         net.class_names)
 
     def _follow(self) -> None:
+        positions = {future: k for k, future in enumerate(self._futures)}
         for future in concurrent.futures.as_completed(self._futures):
-            position = self._futures.index(future)
             try:
-                self._ended(position, future)
+                self._ended(positions[future], future)
             except Exception:  # noqa: BLE001 (the end of the sweep does it again, and says why)
                 continue
 

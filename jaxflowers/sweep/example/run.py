@@ -153,7 +153,7 @@ def run_sweep(depths: Sequence[int] = (1, 2, 3, 4), *, data: str = "digits", epo
             best_net = outputs[best][0]
             test = ends.test(best, outputs)
             print(f"Test accuracy of depth {test.depth}: {test.accuracy:.2f}% "
-                  f"({test.facts['test_images']} images)", file=stream, flush=True)
+                  f"({test.images} images)", file=stream, flush=True)
     wall = time.perf_counter() - start
     facts = dict(data=recipes.describe_plan(plan), epochs=int(epochs), seed=seed,
                  interrupted=interrupted, wall_time=wall, log_dir=str(pool.log_dir))
