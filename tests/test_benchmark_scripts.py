@@ -119,12 +119,14 @@ def test_conv_lowering_computes_the_same_network_with_1x1_convolutions_as_produc
     conv = outputs(str(ROOT), "conv")
     found = script.compare(conv, outputs(dot, "dot"))
     assert found["values"] > 10**6  # the outputs and every gradient
-    assert found["max_abs_difference"] <= 1e-5 * found["max_abs_value"], found
+    # compiled, each tree's program sums in its own order: 5e-4 of the largest value here,
+    # against more than the largest value for a product that reads the wrong pixels
+    assert found["max_abs_difference"] <= 2e-3 * found["max_abs_value"], found
     # a strided product that reads the wrong pixels (same shapes) is told apart
     layers.write_text(layers.read_text().replace("inputs[:, ::strides[0], ::strides[1], :]",
                                                  "inputs[:, 1::strides[0], 1::strides[1], :]"))
     wrong = script.compare(conv, outputs(dot, "wrong"))
-    assert wrong["max_abs_difference"] > 1e-2 * wrong["max_abs_value"], wrong
+    assert wrong["max_abs_difference"] > 0.5 * wrong["max_abs_value"], wrong
 
 
 def test_listing_time_times_every_thread_count_against_the_floor(tmp_path):
