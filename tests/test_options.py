@@ -1,5 +1,6 @@
 """TrainingOptions validation, the device scaling rule and the learning-rate schedule."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -130,6 +131,32 @@ def test_piecewise_schedule_drops_at_epoch_boundaries():
     np.testing.assert_allclose(rates[:12], 0.1, rtol=1e-6)
     np.testing.assert_allclose(rates[12:24], 0.05, rtol=1e-6)
     np.testing.assert_allclose(rates[24:], 0.025, rtol=1e-6)
+
+
+def test_piecewise_drops_are_one_program_for_any_number_of_epochs():
+    """The drops are computed, not listed up to the last epoch: the schedule's program is the
+    same for 7 or 700 epochs; its values are those of one drop at a time (optax's piecewise
+    schedule) exactly up to three drops, within 3 units in the last place of the exact power
+    after, and 0 once the power underflows."""
+    def schedule(epochs, drop=0.3):
+        opts = jf.TrainingOptions(initial_learn_rate=1.0, max_epochs=epochs,
+                                  learn_rate_schedule="piecewise", learn_rate_drop_factor=drop,
+                                  learn_rate_drop_period=1)
+        return learn_rate_schedule(opts, steps_per_epoch=2)
+
+    assert str(jax.make_jaxpr(schedule(7))(0)) == str(jax.make_jaxpr(schedule(700))(0))
+    steps = np.arange(0, 400, dtype=np.int32)
+    drops = steps // 2
+    rates = np.asarray(jax.vmap(schedule(7))(steps))
+    one_at_a_time = np.cumprod(np.r_[np.float32(1), np.full(199, np.float32(0.3))],
+                               dtype=np.float32)[drops]
+    np.testing.assert_array_equal(rates[drops <= 3], one_at_a_time[drops <= 3])
+    exact = np.float64(np.float32(0.3)) ** drops
+    normal = exact >= np.finfo(np.float32).tiny
+    np.testing.assert_array_max_ulp(rates[normal], exact[normal].astype(np.float32), maxulp=3)
+    assert rates[-1] == 0 and np.all(np.diff(rates) <= 0)
+    assert float(schedule(7, drop=1.0)(10**6)) == 1.0
+    assert float(schedule(7, drop=0.0)(1)) == 1.0 and float(schedule(7, drop=0.0)(2)) == 0.0
 
 
 def test_matlab_example_schedule_80_epochs_drop_every_50():
