@@ -169,9 +169,10 @@ def ours(nd, solver, aug, layout=None):
     resolved = execution.resolve(par.devices[0].platform, (SIZE, SIZE, 3), streamed=False)
     program = TrainProgram(par, build_model(), opts, resolved, feed=feed, input_shape=(SIZE, SIZE, 3))
     ready = program.prepare()
-    held, total = [ready.state], feed.order.shape[0]
+    held, total = [ready.state, 0], feed.order.shape[0]
     def call():
-        held[0], metrics = ready.run(held[0], total); return metrics
+        held[0], metrics = ready.run(held[0], held[1], total)
+        held[1] = min(held[1] + program.block_length, total); return metrics
     return call, nd
 
 for w in WHICH:

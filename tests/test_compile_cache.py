@@ -77,7 +77,7 @@ TRAINING = """
 import os, sys
 import numpy as np
 import jaxflowers as jf
-cache, seed, data_seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+cache, seed, data_seed, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 jf.enable_compilation_cache(cache, min_compile_time_s=0)
 rng = np.random.default_rng(data_seed)
 n = 96
@@ -85,7 +85,7 @@ data = jf.data.ImageSet(rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
                         rng.permutation(np.arange(n) % 3), ("a", "b", "c"))
 train, test = data.split_each_label(0.75, seed=seed)
 options = jf.TrainingOptions(
-    solver="adam", mini_batch_size=16, max_epochs=2, validation_data=test,
+    solver="adam", mini_batch_size=16, max_epochs=epochs, validation_data=test,
     validation_frequency=2, output_network="best-validation", seed=seed, verbose=False,
     augmentation=jf.recipes.augmentation("flowers"), learn_rate_schedule="piecewise",
     learn_rate_drop_period=1)
@@ -96,16 +96,18 @@ print(info.compile_time)
 """
 
 
-def test_a_new_seed_split_or_data_set_of_the_same_shapes_compiles_nothing_new(tmp_path):
+def test_a_new_seed_split_data_set_or_number_of_epochs_compiles_nothing_new(tmp_path):
     """Seeds, the split and the pixels are arguments of the compiled programs, never
-    constants: runs that differ only in them load every program from the cache."""
+    constants, and no shape follows the number of epochs (the iteration plan comes a window
+    at a time, the learning rate's drops are computed): runs that differ only in these load
+    every program from the cache."""
     cache = tmp_path / "xla"
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), JAX_NUM_CPU_DEVICES="2")
 
-    def run(seed, data_seed):
+    def run(seed, data_seed, epochs=2):
         result = subprocess.run([sys.executable, "-c", TRAINING, str(cache), str(seed),
-                                 str(data_seed)], env=env, capture_output=True, text=True,
-                                timeout=600)
+                                 str(data_seed), str(epochs)], env=env, capture_output=True,
+                                text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
         return sorted(p.name for p in cache.iterdir())
 
@@ -113,3 +115,4 @@ def test_a_new_seed_split_or_data_set_of_the_same_shapes_compiles_nothing_new(tm
     assert len(first) >= 4  # init, training block, validation, population: all stored
     assert run(1, 0) == first  # another seed (so another split and initial network)
     assert run(2, 1) == first  # other images and labels of the same shapes
+    assert run(2, 1, epochs=5) == first  # a longer run, past more of the schedule's drops

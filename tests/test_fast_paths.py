@@ -180,10 +180,11 @@ def test_flat_parameters_train_like_the_tree_on_4_devices(solver, strategy):
                          sync_batch_norm=False, flat=flat)
         state = parallel.put(init_state(model, cfg.tx, (32, 32, 3), seed=0, flat=flat))
         block = parallel.wrap(functools.partial(train_block, cfg=cfg, length=1),
-                              (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 2,
+                              (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 3,
                               (REPLICATED, REPLICATED))
         args = [parallel.put(x) for x in (images, labels)]
         args += [parallel.put(np.arange(24, dtype=np.int32).reshape(3, 8), sharded(1)),
+                 parallel.put(np.int32(0)),
                  parallel.put((np.full(3, 120, np.float32), np.full(3, 60, np.float32))),
                  parallel.put(np.int32(3))]
         for _ in range(3):
@@ -277,8 +278,9 @@ def test_a_block_of_iterations_trains_like_as_many_single_ones(strategy):
         opts, 5), augmentation=augmentation, dtype=np.float32, sync_batch_norm=False)
     order = rng.permutation(40).astype(np.int32).reshape(5, 8)
     args = [parallel.put(images), parallel.put(labels), parallel.put(order, sharded(1)),
+            parallel.put(np.int32(0)),
             parallel.put((np.full(3, 120, np.float32), np.full(3, 60, np.float32)))]
-    specs = (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 2
+    specs = (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 3
     runs = []
     for length, calls in ((1, 4), (3, 2)):  # iterations 0-3, the limit 4
         block = parallel.wrap(functools.partial(train_block, cfg=cfg, length=length), specs,
@@ -315,11 +317,11 @@ def test_a_blocks_loop_holds_no_branch_random_bits_scatter_or_checked_gather():
         opts, 5), augmentation=jf.data.Augmentation(reflect_x=True, translate_x=(-3, 3)),
         dtype=np.float32, sync_batch_norm=False)
     block = parallel.wrap(functools.partial(train_block, cfg=cfg, length=4),
-                          (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 2,
+                          (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 3,
                           (REPLICATED, REPLICATED))
     program = block.trace(init_state(model, cfg.tx, (32, 32, 3), seed=0),
                           np.zeros((40, 32, 32, 3), np.uint8), np.zeros(40, np.int32),
-                          np.zeros((5, 8), np.int32),
+                          np.zeros((5, 8), np.int32), np.int32(0),
                           (np.zeros(3, np.float32), np.ones(3, np.float32)), np.int32(4)).jaxpr
 
     def equations(jaxpr, in_loop=False):

@@ -91,10 +91,10 @@ def test_without_sync_the_replicas_stay_identical(strategy):
     state = parallel.put(init_state(model, cfg.tx, (32, 32, 3), seed=0))
     order = np.arange(24, dtype=np.int32).reshape(3, 8)
     block = parallel.wrap(functools.partial(train_block, cfg=cfg, length=1),
-                          (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 2,
+                          (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 3,
                           (REPLICATED, REPLICATED))
     args = [parallel.put(x) for x in (data.images, data.labels)]
-    args += [parallel.put(order, sharded(1)),
+    args += [parallel.put(order, sharded(1)), parallel.put(np.int32(0)),
              parallel.put((np.full(3, 120, np.float32), np.full(3, 60, np.float32))),
              parallel.put(np.int32(3))]
     for _ in range(3):

@@ -138,10 +138,19 @@ class ResidentData:
         self.shape = (len(data), *image_shape(data))
         self.steps_per_epoch = steps_per_epoch(len(data), mini_batch_size)
 
-    def host_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(images uint8 (N, H, W, C), labels int32 (N,), order int32), read from the set."""
-        return (np.asarray(self.data.images), np.asarray(self.data.labels, np.int32),
-                self.order)
+    def host_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(images uint8 (N, H, W, C), labels int32 (N,)), read from the set."""
+        return np.asarray(self.data.images), np.asarray(self.data.labels, np.int32)
+
+    def window(self, epoch: int, rows: int) -> tuple[np.ndarray, int]:
+        """``rows`` rows of ``order`` from the first iteration of ``epoch`` (zeros past the
+        plan's end) and that iteration: what a dispatch starting in ``epoch`` indexes, of a
+        shape that does not grow with the number of epochs."""
+        first = epoch * self.steps_per_epoch
+        window = np.zeros((rows, self.order.shape[1]), np.int32)
+        part = self.order[first:first + rows]
+        window[:len(part)] = part
+        return window, first
 
     def close(self) -> None:
         """Nothing to release (the streamed feed stops its readers here)."""

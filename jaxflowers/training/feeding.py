@@ -9,15 +9,15 @@ from jaxflowers.data.feed import ResidentData
 from jaxflowers.data.moments import channel_stats, stats_from_moments
 from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
 
-__all__ = ["place", "runner"]
+__all__ = ["place", "plan_rows", "runner"]
 
 
 def place(parallel: DataParallel, feed, start: int, normalization=None):
     """(placed arrays or the batch iterator, placed channel statistics, their host copy);
     ``normalization``: fixed (mean, std) instead of the data's (a pretrained network's)."""
     if isinstance(feed, ResidentData):
-        images, labels, order = feed.host_arrays()
-        arrays = (parallel.put(images), parallel.put(labels), parallel.put(order, sharded(1)))
+        images, labels = feed.host_arrays()
+        arrays = (parallel.put(images), parallel.put(labels))
         if normalization is None:
             normalization = _resident_stats(parallel, feed, arrays[0])
     else:
@@ -44,24 +44,39 @@ def _row_moments(images):
     return x.sum(axis=2), (x * x).sum(axis=2)
 
 
-def runner(parallel: DataParallel, feed, compiled, arrays, stats):
-    """``run(state, limit) -> (state, metrics)``: one dispatch of the compiled block."""
+def plan_rows(feed: ResidentData, block_length: int) -> int:
+    """Rows of the iteration plan a dispatch of ``block_length`` iterations is given: from the
+    first iteration of the epoch it starts in to its own last (``ResidentData.window``)."""
+    return max(feed.steps_per_epoch, 1) + block_length - 1
+
+
+def runner(parallel: DataParallel, feed, compiled, arrays, stats, block_length: int):
+    """``run(state, first, limit) -> (state, metrics)``: one dispatch of the compiled block,
+    from iteration ``first`` (the state's step)."""
     if isinstance(feed, ResidentData):
-        return _ResidentRunner(parallel, compiled, arrays, stats)
+        return _ResidentRunner(parallel, feed, compiled, arrays, stats, block_length)
     return _StreamedRunner(parallel, compiled, arrays, stats)
 
 
 class _ResidentRunner:
-    """One dispatch of the resident block: ``run(state, limit) -> (state, metrics)``."""
+    """One dispatch of the resident block: ``run(state, first, limit) -> (state, metrics)``."""
 
-    def __init__(self, parallel: DataParallel, compiled, arrays, stats):
+    def __init__(self, parallel: DataParallel, feed: ResidentData, compiled, arrays, stats,
+                 block_length: int):
         self.parallel, self.compiled, self.arrays, self.stats = parallel, compiled, arrays, stats
+        self.feed, self.rows = feed, plan_rows(feed, block_length)
         self._limit: tuple = (None, None)
+        self._window: tuple = (None, ())  # (epoch, its placed plan rows and first iteration)
 
-    def __call__(self, state, limit: int):
+    def __call__(self, state, first: int, limit: int):
         if limit != self._limit[0]:  # one small copy per sync interval, not per dispatch
             self._limit = (limit, self.parallel.put(np.int32(limit)))
-        return self.compiled(state, *self.arrays, self.stats, self._limit[1])
+        epoch = first // max(self.feed.steps_per_epoch, 1)
+        if epoch != self._window[0]:  # and one per epoch
+            rows, offset = self.feed.window(epoch, self.rows)
+            self._window = (epoch, (self.parallel.put(rows, sharded(1)),
+                                    self.parallel.put(np.int32(offset))))
+        return self.compiled(state, *self.arrays, *self._window[1], self.stats, self._limit[1])
 
 
 class _StreamedRunner:
@@ -72,8 +87,8 @@ class _StreamedRunner:
         self._batches = batches
         self._next = self._place_next()
 
-    def __call__(self, state, limit: int):
-        del limit  # one iteration per dispatch never overshoots it
+    def __call__(self, state, first: int, limit: int):
+        del first, limit  # one iteration per dispatch never overshoots the limit
         images, labels = self._next
         state, metrics = self.compiled(state, images, labels, self.stats)  # asynchronous
         # Read and copy batch n+1 while the devices run batch n.

@@ -95,7 +95,7 @@ class TrainingLoop:
             limit = self.schedule.next_sync(done)
             point = _SyncPoint(limit, [])
             while done < limit and not self._stopping():
-                state, metrics = self.ready.run(state, limit)
+                state, metrics = self.ready.run(state, done, limit)
                 if population is not None:
                     population.start()  # compiles while the devices train
                     population = None

@@ -41,7 +41,7 @@ class Ready:
     """What ``TrainProgram.prepare`` hands the loop: everything placed and compiled."""
 
     state: TrainState  # placed on every device
-    run: Callable  # run(state, limit) -> (state, metrics): one dispatch
+    run: Callable  # run(state, first, limit) -> (state, metrics): one dispatch
     normalization: tuple[np.ndarray, np.ndarray]  # per-channel (mean, std) on the host
     validation: Any = None  # (placed images, labels, stats) of the validation set, or None
     population: Callable | None = None  # placed variables -> with population statistics
@@ -186,7 +186,8 @@ class TrainProgram:
             for reader in readers:
                 reader.result()
             arrays, stats, normalization = placed.result()
-            run = feeding.runner(self.parallel, self.feed, block.result(), arrays, stats)
+            run = feeding.runner(self.parallel, self.feed, block.result(), arrays, stats,
+                                 self.block_length)
             ready = Ready(state.result(), run, normalization)
             if validation:
                 validation[1].result()  # raises what the compilation raised
@@ -213,15 +214,16 @@ class TrainProgram:
         state, stats = self.state_shapes, self.stats_shape
         if isinstance(self.feed, ResidentData):
             fn = functools.partial(train_block, cfg=self.cfg, length=self.block_length)
-            specs = (REPLICATED, REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED)
+            specs = (REPLICATED, REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED,
+                     REPLICATED)
             wrapped = self.parallel.wrap(fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
-            images, labels, limit = self.parallel.abstract((
+            images, labels, first_row, limit = self.parallel.abstract((
                 jax.ShapeDtypeStruct(self.feed.shape, np.uint8),
                 jax.ShapeDtypeStruct(self.feed.shape[:1], np.int32),
-                jax.ShapeDtypeStruct((), np.int32)))
-            order = self.parallel.abstract(jax.ShapeDtypeStruct(self.feed.order.shape, np.int32),
-                                           sharded(1))
-            return wrapped.lower(state, images, labels, order, stats, limit)
+                jax.ShapeDtypeStruct((), np.int32), jax.ShapeDtypeStruct((), np.int32)))
+            rows = (feeding.plan_rows(self.feed, self.block_length), self.feed.order.shape[1])
+            order = self.parallel.abstract(jax.ShapeDtypeStruct(rows, np.int32), sharded(1))
+            return wrapped.lower(state, images, labels, order, first_row, stats, limit)
         fn = functools.partial(train_streamed, cfg=self.cfg)
         specs = (REPLICATED, sharded(0), sharded(0), REPLICATED)
         wrapped = self.parallel.wrap(fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))

@@ -208,14 +208,17 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack([jnp.isfinite(leaf).all() for leaf in jax.tree.leaves(tree)]))
 
 
-def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: StepConfig,
-                length: int) -> tuple[TrainState, dict]:
+def train_block(state: TrainState, images, labels, order, first_row, stats, limit, *,
+                cfg: StepConfig, length: int) -> tuple[TrainState, dict]:
     """Up to ``length`` iterations in one dispatch, stopping at iteration ``limit``.
 
     Args:
       state: replicated ``TrainState``.
       images, labels: (N, H, W, C) uint8 and (N,) int32, the whole resident training set.
-      order: (total_steps, b) int32, this device's columns of every iteration's batch.
+      order: (rows, b) int32, this device's columns of the batches of iterations
+        ``first_row``, ``first_row + 1``, ...: a window of the plan that holds this block's
+        (``ResidentData.window``), so no shape grows with the number of epochs.
+      first_row: int32 scalar, the iteration of ``order``'s first row.
       stats: per-channel (mean, std), float32 (C,) each.
       limit: int32 scalar; later iterations (and all after a halt) are skipped.
       length: static, the most iterations it runs.
@@ -224,7 +227,7 @@ def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: 
       The new state and per-iteration metrics, each (length,).
     """
     def one(state):
-        idx = lax.dynamic_index_in_dim(order, state.step, keepdims=False)
+        idx = lax.dynamic_index_in_dim(order, state.step - first_row, keepdims=False)
         return train_step(state, *_rows((images, labels), idx), stats, cfg)
 
     if length == 1:
@@ -247,7 +250,7 @@ def train_block(state: TrainState, images, labels, order, stats, limit, *, cfg: 
     def body(carry):
         state, rows = carry
         i = state.step - first
-        idx = lax.dynamic_index_in_dim(order, state.step, keepdims=False)
+        idx = lax.dynamic_index_in_dim(order, state.step - first_row, keepdims=False)
         mine = None if draws is None else jax.tree.map(
             lambda d: lax.dynamic_index_in_dim(d, i, keepdims=False), draws)
         state, metrics = train_step(state, *_rows((images, labels), idx), stats, cfg, mine)
