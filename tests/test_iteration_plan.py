@@ -23,7 +23,7 @@ def test_every_dispatch_finds_its_iterations_batches_in_the_window_it_is_given(l
     new window is placed only when a dispatch starts in another epoch."""
     feed = ResidentData(_set(), mini_batch_size=4, num_epochs=4, shuffle="every-epoch", seed=1)
     assert feed.steps_per_epoch == 5 and feed.order.shape == (20, 4)
-    seen, placements = [], set()
+    seen, placements, starts = [], set(), []
 
     def compiled(state, images, labels, order, first_row, stats, limit):
         seen.append((np.asarray(order), int(first_row), int(limit)))
@@ -37,28 +37,19 @@ def test_every_dispatch_finds_its_iterations_batches_in_the_window_it_is_given(l
         limit = min(done + 6, 20)  # a sync point every 6 iterations clips some blocks
         while done < limit:
             run(None, done, limit)
+            starts.append(done)
             order, first_row, got_limit = seen[-1]
             steps = min(length, limit - done)
             assert got_limit == limit
-            assert order.shape == (feeding.plan_rows(feed, length), 4)
+            assert order.shape == (feed.window_rows(length), 4)
             for j in range(steps):
                 np.testing.assert_array_equal(order[done + j - first_row], feed.order[done + j])
             placed.add(first_row)
             done += steps
-    assert placed == {5 * (start // 5) for start in _starts(length)}
+    assert placed == {5 * (start // 5) for start in starts}
     assert len(placements) == len(placed)  # placed once per epoch a dispatch starts in
     longer = ResidentData(_set(), mini_batch_size=4, num_epochs=9, shuffle="every-epoch", seed=1)
-    assert longer.window(8, feeding.plan_rows(longer, length))[0].shape == order.shape
-
-
-def _starts(length):
-    """The first iterations of the dispatches the test above makes."""
-    done = 0
-    while done < 20:
-        limit = min(done + 6, 20)
-        while done < limit:
-            yield done
-            done += min(length, limit - done)
+    assert longer.window(8, longer.window_rows(length))[0].shape == order.shape
 
 
 def test_the_window_past_the_plans_end_is_zeros():

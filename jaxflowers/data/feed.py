@@ -142,6 +142,11 @@ class ResidentData:
         """(images uint8 (N, H, W, C), labels int32 (N,)), read from the set."""
         return np.asarray(self.data.images), np.asarray(self.data.labels, np.int32)
 
+    def window_rows(self, block_length: int) -> int:
+        """Rows of ``window`` that a dispatch of ``block_length`` iterations needs: from the
+        first iteration of the epoch it starts in to its own last."""
+        return self.steps_per_epoch + block_length - 1
+
     def window(self, epoch: int, rows: int) -> tuple[np.ndarray, int]:
         """``rows`` rows of ``order`` from the first iteration of ``epoch`` (zeros past the
         plan's end) and that iteration: what a dispatch starting in ``epoch`` indexes, of a

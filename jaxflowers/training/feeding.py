@@ -9,7 +9,7 @@ from jaxflowers.data.feed import ResidentData
 from jaxflowers.data.moments import channel_stats, stats_from_moments
 from jaxflowers.parallel.data_parallel import REPLICATED, DataParallel, sharded
 
-__all__ = ["place", "plan_rows", "runner"]
+__all__ = ["place", "runner"]
 
 
 def place(parallel: DataParallel, feed, start: int, normalization=None):
@@ -44,12 +44,6 @@ def _row_moments(images):
     return x.sum(axis=2), (x * x).sum(axis=2)
 
 
-def plan_rows(feed: ResidentData, block_length: int) -> int:
-    """Rows of the iteration plan a dispatch of ``block_length`` iterations is given: from the
-    first iteration of the epoch it starts in to its own last (``ResidentData.window``)."""
-    return max(feed.steps_per_epoch, 1) + block_length - 1
-
-
 def runner(parallel: DataParallel, feed, compiled, arrays, stats, block_length: int):
     """``run(state, first, limit) -> (state, metrics)``: one dispatch of the compiled block,
     from iteration ``first`` (the state's step)."""
@@ -64,14 +58,14 @@ class _ResidentRunner:
     def __init__(self, parallel: DataParallel, feed: ResidentData, compiled, arrays, stats,
                  block_length: int):
         self.parallel, self.compiled, self.arrays, self.stats = parallel, compiled, arrays, stats
-        self.feed, self.rows = feed, plan_rows(feed, block_length)
+        self.feed, self.rows = feed, feed.window_rows(block_length)
         self._limit: tuple = (None, None)
         self._window: tuple = (None, ())  # (epoch, its placed plan rows and first iteration)
 
     def __call__(self, state, first: int, limit: int):
         if limit != self._limit[0]:  # one small copy per sync interval, not per dispatch
             self._limit = (limit, self.parallel.put(np.int32(limit)))
-        epoch = first // max(self.feed.steps_per_epoch, 1)
+        epoch = first // self.feed.steps_per_epoch
         if epoch != self._window[0]:  # and one per epoch
             rows, offset = self.feed.window(epoch, self.rows)
             self._window = (epoch, (self.parallel.put(rows, sharded(1)),

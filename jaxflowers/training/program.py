@@ -221,7 +221,7 @@ class TrainProgram:
                 jax.ShapeDtypeStruct(self.feed.shape, np.uint8),
                 jax.ShapeDtypeStruct(self.feed.shape[:1], np.int32),
                 jax.ShapeDtypeStruct((), np.int32), jax.ShapeDtypeStruct((), np.int32)))
-            rows = (feeding.plan_rows(self.feed, self.block_length), self.feed.order.shape[1])
+            rows = (self.feed.window_rows(self.block_length), self.feed.order.shape[1])
             order = self.parallel.abstract(jax.ShapeDtypeStruct(rows, np.int32), sharded(1))
             return wrapped.lower(state, images, labels, order, first_row, stats, limit)
         fn = functools.partial(train_streamed, cfg=self.cfg)
