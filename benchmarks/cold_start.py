@@ -173,7 +173,7 @@ def _rbg_init(program, jnp):
     """``train``'s init program with JAX's rbg keys instead of the hash generator."""
     import jax
 
-    key, flat, tx = jax.random.key(0, impl="rbg"), program.cfg.flat, program.cfg.tx
+    key, flat, tx = jax.random.key(0, impl="rbg"), program.cfg.flat, program.layout.tx
 
     @jax.jit
     def init():

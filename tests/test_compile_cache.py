@@ -78,6 +78,7 @@ import os, sys
 import numpy as np
 import jaxflowers as jf
 cache, seed, data_seed, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rate, l2, threshold = (float(v) for v in sys.argv[5:8])
 jf.enable_compilation_cache(cache, min_compile_time_s=0)
 rng = np.random.default_rng(data_seed)
 n = 96
@@ -88,31 +89,39 @@ options = jf.TrainingOptions(
     solver="adam", mini_batch_size=16, max_epochs=epochs, validation_data=test,
     validation_frequency=2, output_network="best-validation", seed=seed, verbose=False,
     augmentation=jf.recipes.augmentation("flowers"), learn_rate_schedule="piecewise",
-    learn_rate_drop_period=1)
+    learn_rate_drop_period=1, initial_learn_rate=rate, l2_regularization=l2,
+    gradient_threshold=threshold)
 net, info = jf.train(train, jf.models.cifar_net(1, num_classes=3), options,
                      execution=jf.ExecutionOptions(parameter_layout="flat"))
 jf.predict(net, test.images)
-print(info.compile_time)
+print(info.learn_rate[0], info.loss[-1])
 """
 
 
-def test_a_new_seed_split_data_set_or_number_of_epochs_compiles_nothing_new(tmp_path):
-    """Seeds, the split and the pixels are arguments of the compiled programs, never
-    constants, and no shape follows the number of epochs (the iteration plan comes a window
-    at a time, the learning rate's drops are computed): runs that differ only in these load
-    every program from the cache."""
+def test_a_new_seed_split_data_set_number_of_epochs_or_solver_value_compiles_nothing_new(
+        tmp_path):
+    """Seeds, the split, the pixels and the solver's hyperparameters (learning rate, L2,
+    gradient threshold) are arguments of the compiled programs, never constants, and no shape
+    follows the number of epochs (the iteration plan comes a window at a time, the learning
+    rate's drops are computed): runs that differ only in these load every program from the
+    cache, and train with their own values."""
     cache = tmp_path / "xla"
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), JAX_NUM_CPU_DEVICES="2")
 
-    def run(seed, data_seed, epochs=2):
+    def run(seed, data_seed, epochs=2, solver=("0.001", "0.0001", "5")):
         result = subprocess.run([sys.executable, "-c", TRAINING, str(cache), str(seed),
-                                 str(data_seed), str(epochs)], env=env, capture_output=True,
-                                text=True, timeout=600)
+                                 str(data_seed), str(epochs), *solver], env=env,
+                                capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
-        return sorted(p.name for p in cache.iterdir())
+        rate, loss = (float(v) for v in result.stdout.split()[-2:])
+        assert rate == pytest.approx(float(solver[0]), rel=1e-6)  # the run's own rate
+        return sorted(p.name for p in cache.iterdir()), loss
 
-    first = run(0, 0)
+    first, loss = run(0, 0)
     assert len(first) >= 4  # init, training block, validation, population: all stored
-    assert run(1, 0) == first  # another seed (so another split and initial network)
-    assert run(2, 1) == first  # other images and labels of the same shapes
-    assert run(2, 1, epochs=5) == first  # a longer run, past more of the schedule's drops
+    assert run(1, 0)[0] == first  # another seed (so another split and initial network)
+    assert run(2, 1)[0] == first  # other images and labels of the same shapes
+    assert run(2, 1, epochs=5)[0] == first  # a longer run, past more of the schedule's drops
+    entries, other = run(0, 0, solver=("0.02", "0.003", "0.5"))  # a search's next trial
+    assert entries == first
+    assert other != loss  # and it trained with those values, not the first run's

@@ -19,7 +19,7 @@ from jaxflowers.models.norm import BatchNorm
 from jaxflowers.models.stem import StemConv
 from jaxflowers.parallel import REPLICATED, DataParallel, sharded
 from jaxflowers.training.layout import FlatParams
-from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
+from jaxflowers.training.optimizer import Solver, hyperparameters
 from jaxflowers.training.step import StepConfig, cross_entropy, init_state, train_block
 
 X = jax.random.normal(jax.random.PRNGKey(0), (8, 5, 5, 6)) * 2 + 1
@@ -174,19 +174,18 @@ def test_flat_parameters_train_like_the_tree_on_4_devices(solver, strategy):
                                                train=False))
     results = []
     for flat in (None, FlatParams.of(shapes["params"])):
-        cfg = StepConfig(model=model, tx=make_optimizer(opts, 3),
-                         schedule=learn_rate_schedule(opts, 3),
+        cfg = StepConfig(model=model, solver=Solver(opts, 3),
                          augmentation=jf.data.Augmentation(reflect_x=True), dtype=np.float32,
                          sync_batch_norm=False, flat=flat)
-        state = parallel.put(init_state(model, cfg.tx, (32, 32, 3), seed=0, flat=flat))
+        state = parallel.put(init_state(model, cfg.solver()[0], (32, 32, 3), seed=0, flat=flat))
         block = parallel.wrap(functools.partial(train_block, cfg=cfg, length=1),
-                              (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 3,
+                              (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 4,
                               (REPLICATED, REPLICATED))
         args = [parallel.put(x) for x in (images, labels)]
         args += [parallel.put(np.arange(24, dtype=np.int32).reshape(3, 8), sharded(1)),
                  parallel.put(np.int32(0)),
                  parallel.put((np.full(3, 120, np.float32), np.full(3, 60, np.float32))),
-                 parallel.put(np.int32(3))]
+                 parallel.put(hyperparameters(opts)), parallel.put(np.int32(3))]
         for _ in range(3):
             state, _ = block(state, *args)
         results.append(parallel.get(cfg.variables(state)))
@@ -274,18 +273,19 @@ def test_a_block_of_iterations_trains_like_as_many_single_ones(strategy):
     model = jf.models.cifar_net(1, num_classes=4, width=4)
     augmentation = jf.data.Augmentation(reflect_x=True, reflect_y=True, translate_x=(-3, 3),
                                         translate_y=(-2, 2))
-    cfg = StepConfig(model=model, tx=make_optimizer(opts, 5), schedule=learn_rate_schedule(
-        opts, 5), augmentation=augmentation, dtype=np.float32, sync_batch_norm=False)
+    cfg = StepConfig(model=model, solver=Solver(opts, 5), augmentation=augmentation,
+                     dtype=np.float32, sync_batch_norm=False)
     order = rng.permutation(40).astype(np.int32).reshape(5, 8)
     args = [parallel.put(images), parallel.put(labels), parallel.put(order, sharded(1)),
             parallel.put(np.int32(0)),
-            parallel.put((np.full(3, 120, np.float32), np.full(3, 60, np.float32)))]
-    specs = (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 3
+            parallel.put((np.full(3, 120, np.float32), np.full(3, 60, np.float32))),
+            parallel.put(hyperparameters(opts))]
+    specs = (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 4
     runs = []
     for length, calls in ((1, 4), (3, 2)):  # iterations 0-3, the limit 4
         block = parallel.wrap(functools.partial(train_block, cfg=cfg, length=length), specs,
                               (REPLICATED, REPLICATED))
-        state = parallel.put(init_state(model, cfg.tx, (32, 32, 3), seed=3))
+        state = parallel.put(init_state(model, cfg.solver()[0], (32, 32, 3), seed=3))
         metrics = []
         for _ in range(calls):
             state, out = block(state, *args, parallel.put(np.int32(4)))
@@ -313,16 +313,17 @@ def test_a_blocks_loop_holds_no_branch_random_bits_scatter_or_checked_gather():
     opts = jf.TrainingOptions(solver="sgdm", initial_learn_rate=0.05, mini_batch_size=8,
                               max_epochs=1)
     model = jf.models.cifar_net(1, num_classes=4, width=4)
-    cfg = StepConfig(model=model, tx=make_optimizer(opts, 5), schedule=learn_rate_schedule(
-        opts, 5), augmentation=jf.data.Augmentation(reflect_x=True, translate_x=(-3, 3)),
-        dtype=np.float32, sync_batch_norm=False)
+    cfg = StepConfig(model=model, solver=Solver(opts, 5),
+                     augmentation=jf.data.Augmentation(reflect_x=True, translate_x=(-3, 3)),
+                     dtype=np.float32, sync_batch_norm=False)
     block = parallel.wrap(functools.partial(train_block, cfg=cfg, length=4),
-                          (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 3,
+                          (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 4,
                           (REPLICATED, REPLICATED))
-    program = block.trace(init_state(model, cfg.tx, (32, 32, 3), seed=0),
+    program = block.trace(init_state(model, cfg.solver()[0], (32, 32, 3), seed=0),
                           np.zeros((40, 32, 32, 3), np.uint8), np.zeros(40, np.int32),
                           np.zeros((5, 8), np.int32), np.int32(0),
-                          (np.zeros(3, np.float32), np.ones(3, np.float32)), np.int32(4)).jaxpr
+                          (np.zeros(3, np.float32), np.ones(3, np.float32)),
+                          hyperparameters(opts), np.int32(4)).jaxpr
 
     def equations(jaxpr, in_loop=False):
         for eqn in jaxpr.eqns:

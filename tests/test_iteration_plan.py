@@ -25,13 +25,14 @@ def test_every_dispatch_finds_its_iterations_batches_in_the_window_it_is_given(l
     assert feed.steps_per_epoch == 5 and feed.order.shape == (20, 4)
     seen, placements, starts = [], set(), []
 
-    def compiled(state, images, labels, order, first_row, stats, limit):
+    def compiled(state, images, labels, order, first_row, stats, hyper, limit):
         seen.append((np.asarray(order), int(first_row), int(limit)))
         placements.add(id(order))
         return state, {}
 
     parallel = DataParallel(jax.devices()[:1])
-    run = feeding.runner(parallel, feed, compiled, ("images", "labels"), "stats", length)
+    run = feeding.runner(parallel, feed, compiled, ("images", "labels"), "stats", "hyper",
+                         length)
     done, placed = 0, set()
     while done < 20:
         limit = min(done + 6, 20)  # a sync point every 6 iterations clips some blocks

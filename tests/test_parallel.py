@@ -7,7 +7,7 @@ import pytest
 
 import jaxflowers as jf
 from jaxflowers.parallel import REPLICATED, DataParallel, sharded
-from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
+from jaxflowers.training.optimizer import Solver, hyperparameters
 from jaxflowers.training.step import StepConfig, init_state, train_block
 
 
@@ -85,18 +85,18 @@ def test_without_sync_the_replicas_stay_identical(strategy):
     data = _data()
     opts = jf.TrainingOptions(solver="adam", mini_batch_size=8, max_epochs=1)
     model = jf.models.cifar_net(1, num_classes=3)
-    cfg = StepConfig(model=model, tx=make_optimizer(opts, 3), schedule=learn_rate_schedule(opts, 3),
+    cfg = StepConfig(model=model, solver=Solver(opts, 3),
                      augmentation=jf.data.Augmentation(reflect_x=True), dtype=np.float32,
                      sync_batch_norm=False)
-    state = parallel.put(init_state(model, cfg.tx, (32, 32, 3), seed=0))
+    state = parallel.put(init_state(model, cfg.solver()[0], (32, 32, 3), seed=0))
     order = np.arange(24, dtype=np.int32).reshape(3, 8)
     block = parallel.wrap(functools.partial(train_block, cfg=cfg, length=1),
-                          (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 3,
+                          (REPLICATED,) * 3 + (sharded(1),) + (REPLICATED,) * 4,
                           (REPLICATED, REPLICATED))
     args = [parallel.put(x) for x in (data.images, data.labels)]
     args += [parallel.put(order, sharded(1)), parallel.put(np.int32(0)),
              parallel.put((np.full(3, 120, np.float32), np.full(3, 60, np.float32))),
-             parallel.put(np.int32(3))]
+             parallel.put(hyperparameters(opts)), parallel.put(np.int32(3))]
     for _ in range(3):
         state, _ = block(state, *args)
     for leaf in jax.tree.leaves((state.params, state.batch_stats, state.opt_state)):

@@ -44,20 +44,20 @@ def _row_moments(images):
     return x.sum(axis=2), (x * x).sum(axis=2)
 
 
-def runner(parallel: DataParallel, feed, compiled, arrays, stats, block_length: int):
+def runner(parallel: DataParallel, feed, compiled, arrays, stats, hyper, block_length: int):
     """``run(state, first, limit) -> (state, metrics)``: one dispatch of the compiled block,
-    from iteration ``first`` (the state's step)."""
+    from iteration ``first`` (the state's step); ``hyper``: the placed hyperparameters."""
     if isinstance(feed, ResidentData):
-        return _ResidentRunner(parallel, feed, compiled, arrays, stats, block_length)
-    return _StreamedRunner(parallel, compiled, arrays, stats)
+        return _ResidentRunner(parallel, feed, compiled, arrays, (stats, hyper), block_length)
+    return _StreamedRunner(parallel, compiled, arrays, (stats, hyper))
 
 
 class _ResidentRunner:
     """One dispatch of the resident block: ``run(state, first, limit) -> (state, metrics)``."""
 
-    def __init__(self, parallel: DataParallel, feed: ResidentData, compiled, arrays, stats,
+    def __init__(self, parallel: DataParallel, feed: ResidentData, compiled, arrays, fixed,
                  block_length: int):
-        self.parallel, self.compiled, self.arrays, self.stats = parallel, compiled, arrays, stats
+        self.parallel, self.compiled, self.arrays, self.fixed = parallel, compiled, arrays, fixed
         self.feed, self.rows = feed, feed.window_rows(block_length)
         self._limit: tuple = (None, None)
         self._window: tuple = (None, ())  # (epoch, its placed plan rows and first iteration)
@@ -70,21 +70,21 @@ class _ResidentRunner:
             rows, offset = self.feed.window(epoch, self.rows)
             self._window = (epoch, (self.parallel.put(rows, sharded(1)),
                                     self.parallel.put(np.int32(offset))))
-        return self.compiled(state, *self.arrays, *self._window[1], self.stats, self._limit[1])
+        return self.compiled(state, *self.arrays, *self._window[1], *self.fixed, self._limit[1])
 
 
 class _StreamedRunner:
     """One iteration on the next streamed batch, the batch after it placed ahead."""
 
-    def __init__(self, parallel: DataParallel, compiled, batches, stats):
-        self.parallel, self.compiled, self.stats = parallel, compiled, stats
+    def __init__(self, parallel: DataParallel, compiled, batches, fixed):
+        self.parallel, self.compiled, self.fixed = parallel, compiled, fixed
         self._batches = batches
         self._next = self._place_next()
 
     def __call__(self, state, first: int, limit: int):
         del first, limit  # one iteration per dispatch never overshoots the limit
         images, labels = self._next
-        state, metrics = self.compiled(state, images, labels, self.stats)  # asynchronous
+        state, metrics = self.compiled(state, images, labels, *self.fixed)  # asynchronous
         # Read and copy batch n+1 while the devices run batch n.
         self._next = self._place_next()
         return state, metrics

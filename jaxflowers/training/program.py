@@ -22,7 +22,7 @@ from jaxflowers.options.training import TrainingOptions
 from jaxflowers.parallel.data_parallel import AXIS, REPLICATED, DataParallel, sharded
 from jaxflowers.training import checkpoint, feeding, learn_rates, population
 from jaxflowers.training.layout import Layout, flat_layout
-from jaxflowers.training.optimizer import learn_rate_schedule, make_optimizer
+from jaxflowers.training.optimizer import Solver, hyperparameters
 from jaxflowers.training.step import (
     SEED,
     StepConfig,
@@ -127,18 +127,21 @@ class TrainProgram:
         factors = learn_rates.factors(options.learn_rate_factors, variables["params"])
         self.frozen = learn_rates.frozen_norms(factors, variables["params"],
                                                variables.get("batch_stats", {}))
-        tx = make_optimizer(options, steps, layout=flat, factors=factors)
+        solver = Solver(options, steps, flat, None if factors is None else tuple(factors))
+        tx, _ = solver()  # its state's layout does not depend on the hyperparameters' values
         self.layout = Layout(flat, tx)
         self.init = init_program(initial, tx, flat)
         self._local_shapes = jax.eval_shape(self.init, SEED, self.start)
         self.state_shapes = parallel.abstract(self._local_shapes)
         self.cfg = StepConfig(
-            model=_configure(model, self.dtype, AXIS if sync_batch_norm else None), tx=tx,
-            schedule=learn_rate_schedule(options, steps), augmentation=options.augmentation,
+            model=_configure(model, self.dtype, AXIS if sync_batch_norm else None),
+            solver=solver, augmentation=options.augmentation,
             dtype=self.dtype, sync_batch_norm=sync_batch_norm, flat=flat,
             factors=None if factors is None else tuple(factors), frozen=self.frozen)
         channels = jax.ShapeDtypeStruct((feed.shape[-1],), jnp.float32)
         self.stats_shape = parallel.abstract((channels, channels))
+        self.hyper = hyperparameters(options)
+        self.hyper_shape = parallel.abstract(jax.eval_shape(lambda: self.hyper))
         per_device = options.mini_batch_size // parallel.num_devices
         self.forward = ForwardPass(parallel, self.model, self.dtype, per_device)
         self._to_tree = parallel.wrap(self.layout.to_tree, (REPLICATED,), REPLICATED)
@@ -187,7 +190,7 @@ class TrainProgram:
                 reader.result()
             arrays, stats, normalization = placed.result()
             run = feeding.runner(self.parallel, self.feed, block.result(), arrays, stats,
-                                 self.block_length)
+                                 self.parallel.put(self.hyper), self.block_length)
             ready = Ready(state.result(), run, normalization)
             if validation:
                 validation[1].result()  # raises what the compilation raised
@@ -211,11 +214,11 @@ class TrainProgram:
 
     def lower_block(self):
         """The training dispatch traced against shapes (``jax.stages.Lowered``)."""
-        state, stats = self.state_shapes, self.stats_shape
+        state, stats, hyper = self.state_shapes, self.stats_shape, self.hyper_shape
         if isinstance(self.feed, ResidentData):
             fn = functools.partial(train_block, cfg=self.cfg, length=self.block_length)
             specs = (REPLICATED, REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED,
-                     REPLICATED)
+                     REPLICATED, REPLICATED)
             wrapped = self.parallel.wrap(fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
             images, labels, first_row, limit = self.parallel.abstract((
                 jax.ShapeDtypeStruct(self.feed.shape, np.uint8),
@@ -223,9 +226,9 @@ class TrainProgram:
                 jax.ShapeDtypeStruct((), np.int32), jax.ShapeDtypeStruct((), np.int32)))
             rows = (self.feed.window_rows(self.block_length), self.feed.order.shape[1])
             order = self.parallel.abstract(jax.ShapeDtypeStruct(rows, np.int32), sharded(1))
-            return wrapped.lower(state, images, labels, order, first_row, stats, limit)
+            return wrapped.lower(state, images, labels, order, first_row, stats, hyper, limit)
         fn = functools.partial(train_streamed, cfg=self.cfg)
-        specs = (REPLICATED, sharded(0), sharded(0), REPLICATED)
+        specs = (REPLICATED, sharded(0), sharded(0), REPLICATED, REPLICATED)
         wrapped = self.parallel.wrap(fn, specs, (REPLICATED, REPLICATED), donate_argnums=(0,))
         batch = jax.ShapeDtypeStruct(self.feed.batch_shape, np.uint8)
         labels = jax.ShapeDtypeStruct(self.feed.batch_shape[:1], np.int32)
@@ -234,7 +237,7 @@ class TrainProgram:
             batch = jax.ShapeDtypeStruct((batch.shape[0] * scale, *batch.shape[1:]), np.uint8)
             labels = jax.ShapeDtypeStruct((labels.shape[0] * scale,), np.int32)
         images, labels = self.parallel.abstract((batch, labels), sharded(0))
-        return wrapped.lower(state, images, labels, stats)
+        return wrapped.lower(state, images, labels, stats, hyper)
 
     # ------------------------------------------------------------------ reading the state
 

@@ -49,8 +49,7 @@ class StepConfig:
     """The static parts of a step (closed over, never traced)."""
 
     model: Any  # flax module with dtype / bn_axis_name already set
-    tx: optax.GradientTransformation
-    schedule: optax.Schedule
+    solver: Callable  # hyperparameters -> (optax solver, schedule): optimizer.Solver
     augmentation: Augmentation | None
     dtype: Any
     sync_batch_norm: bool
@@ -134,10 +133,11 @@ def sample_keys(state: TrainState, batch_size: int, step=None) -> jax.Array:
     return jax.vmap(lambda p: jax.random.fold_in(step_key, p))(positions)
 
 
-def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
+def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats, hyper,
                cfg: StepConfig, draws=None) -> tuple[TrainState, dict]:
-    """One iteration on this device's (b, H, W, C) uint8 images and (b,) labels; ``draws``:
-    the augmentation's choices for them, drawn here when None."""
+    """One iteration on this device's (b, H, W, C) uint8 images and (b,) labels; ``hyper``:
+    the solver's hyperparameters (``optimizer.hyperparameters``); ``draws``: the
+    augmentation's choices for the images, drawn here when None."""
     if cfg.augmentation is not None:
         if draws is None:
             draws = cfg.augmentation.draw(sample_keys(state, images.shape[0]),
@@ -177,7 +177,8 @@ def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
     metrics = lax.pmean({"loss": loss, "accuracy": correct}, AXIS)
     # Judged on all-reduced values, so every device takes the same decision.
     finite = jnp.isfinite(metrics["loss"]) & _all_finite(grads)
-    updates, opt_state = cfg.tx.update(grads, state.opt_state, state.params)
+    tx, schedule = cfg.solver(hyper)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
     # A non-finite step leaves the parameters and batch-norm statistics as they were (the
     # update is zeroed inside its own elementwise kernel) and halts the run; the solver
     # state may then hold non-finite values, but it is never used again: every later step
@@ -189,7 +190,7 @@ def train_step(state: TrainState, images: jax.Array, labels: jax.Array, stats,
         params=optax.apply_updates(state.params, updates),
         batch_stats=keep(batch_stats, state.batch_stats), opt_state=opt_state,
         halted=jnp.where(finite, 0, state.step + 1).astype(jnp.int32))
-    metrics["learn_rate"] = jnp.asarray(cfg.schedule(state.step), jnp.float32)
+    metrics["learn_rate"] = jnp.asarray(schedule(state.step), jnp.float32)
     metrics["finite"] = finite.astype(jnp.float32)
     return new_state, metrics
 
@@ -208,7 +209,7 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack([jnp.isfinite(leaf).all() for leaf in jax.tree.leaves(tree)]))
 
 
-def train_block(state: TrainState, images, labels, order, first_row, stats, limit, *,
+def train_block(state: TrainState, images, labels, order, first_row, stats, hyper, limit, *,
                 cfg: StepConfig, length: int) -> tuple[TrainState, dict]:
     """Up to ``length`` iterations in one dispatch, stopping at iteration ``limit``.
 
@@ -220,6 +221,8 @@ def train_block(state: TrainState, images, labels, order, first_row, stats, limi
         (``ResidentData.window``), so no shape grows with the number of epochs.
       first_row: int32 scalar, the iteration of ``order``'s first row.
       stats: per-channel (mean, std), float32 (C,) each.
+      hyper: the solver's hyperparameters, float32 scalars (``optimizer.hyperparameters``):
+        arguments, so that other values reuse the compiled block.
       limit: int32 scalar; later iterations (and all after a halt) are skipped.
       length: static, the most iterations it runs.
 
@@ -228,7 +231,7 @@ def train_block(state: TrainState, images, labels, order, first_row, stats, limi
     """
     def one(state):
         idx = lax.dynamic_index_in_dim(order, state.step - first_row, keepdims=False)
-        return train_step(state, *_rows((images, labels), idx), stats, cfg)
+        return train_step(state, *_rows((images, labels), idx), stats, hyper, cfg)
 
     if length == 1:
         return _single(one, state)
@@ -253,7 +256,8 @@ def train_block(state: TrainState, images, labels, order, first_row, stats, limi
         idx = lax.dynamic_index_in_dim(order, state.step - first_row, keepdims=False)
         mine = None if draws is None else jax.tree.map(
             lambda d: lax.dynamic_index_in_dim(d, i, keepdims=False), draws)
-        state, metrics = train_step(state, *_rows((images, labels), idx), stats, cfg, mine)
+        state, metrics = train_step(state, *_rows((images, labels), idx), stats, hyper, cfg,
+                                    mine)
         row = jnp.stack([metrics[name] for name in names])
         return state, lax.dynamic_update_index_in_dim(rows, row, i, 0)
 
@@ -268,10 +272,10 @@ def _rows(arrays: tuple, idx) -> tuple:
     return tuple(a.at[idx].get(mode="promise_in_bounds") for a in arrays)
 
 
-def train_streamed(state: TrainState, images, labels, stats, *,
+def train_streamed(state: TrainState, images, labels, stats, hyper, *,
                    cfg: StepConfig) -> tuple[TrainState, dict]:
     """One iteration on streamed (b, H, W, C) uint8 images, (b,) labels; as ``train_block``."""
-    return _single(lambda s: train_step(s, images, labels, stats, cfg), state)
+    return _single(lambda s: train_step(s, images, labels, stats, hyper, cfg), state)
 
 
 def _single(one: Callable, state: TrainState):
