@@ -86,6 +86,7 @@ def test_a_grid_of_four_from_the_cli_equals_the_four_train_calls_run_by_hand(tmp
         history = np.genfromtxt(row.metrics, delimiter=",", names=True)
         np.testing.assert_array_equal(history["loss"], info.loss)
         assert row.final_validation_accuracy == info.final_validation_accuracy
+        assert row.compile_time > 0 and row.train_time > 0  # where the trial's time went
         saved = jf.load(row.network)  # the trial's network is the one train returned
         for a, b in zip(jax.tree.leaves(saved.variables), jax.tree.leaves(net.variables)):
             np.testing.assert_array_equal(a, b)
@@ -221,6 +222,7 @@ def test_the_search_benchmark_runs_on_a_tiny_cifar10_npz(tmp_path, shared_data):
     for run in record["runs"]:
         assert len(run["trials"]) == 1 and run["wall_time_s"] > 0
         assert 0 <= run["best_validation_accuracy"] <= 100
+        assert run["cache_entries"] > 0 and run["compile_time_s"] > 0
     points = [sorted((t["depth"], t["initial_learn_rate"]) for t in run["trials"])
               for run in record["runs"]]
     assert points[0] == points[1], "both runs search the same points"

@@ -22,9 +22,9 @@ from jaxflowers.training.learn_rates import scale_updates
 __all__ = ["HYPERPARAMETERS", "Solver", "hyperparameters", "learn_rate_schedule",
            "make_optimizer"]
 
-# Bit for bit, each enters its float32 arithmetic as the constant it replaces would. Adam's and
-# RMSProp's decays stay constants: optax takes ``1 - decay``, which a constant has rounded once
-# from float64 and an argument would round twice.
+# Each enters the float32 arithmetic where the constant it replaces did (XLA no longer folds a
+# constant rate into the products around it). Adam's and RMSProp's decays stay constants:
+# optax takes ``1 - decay``, which a constant rounds once from float64 and an argument twice.
 HYPERPARAMETERS = ("learn_rate", "l2_regularization", "momentum", "gradient_threshold")
 
 

@@ -24,8 +24,8 @@ from jaxflowers.sweep.experiment.table import LiveTable, frame, rows
 __all__ = ["Session", "open_search"]
 
 _SUMMARY = ("final_validation_accuracy", "final_validation_loss", "best_validation_accuracy",
-            "best_validation_loss", "iterations", "epochs", "num_devices", "network",
-            "metrics", "stop_reason")
+            "best_validation_loss", "iterations", "epochs", "compile_time", "train_time",
+            "num_devices", "network", "metrics", "stop_reason")
 
 
 @dataclasses.dataclass

@@ -21,7 +21,8 @@ __all__ = ["LiveTable", "format_value", "frame", "rows", "trial_line"]
 # (the final value of a finished trial, the last one reported by a pruned trial).
 COLUMNS = ("objective", "final_validation_accuracy", "final_validation_loss",
            "best_validation_accuracy", "best_validation_loss", "stop_reason",
-           "pruned_at_iteration", "iterations", "epochs", "wall_time", "num_devices", "where",
+           "pruned_at_iteration", "iterations", "epochs", "wall_time", "compile_time",
+           "train_time", "num_devices", "where",
            "network", "metrics", "log", "error", "attempts")
 _FINISHED = ("complete", "pruned")
 _INTEGERS = ("trial", "pruned_at_iteration", "iterations", "epochs", "num_devices", "attempts",
