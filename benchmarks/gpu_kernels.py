@@ -73,8 +73,6 @@ def probe(program):
     program.state_shapes = gpu.abstract(program._local_shapes)
     channels = jax.ShapeDtypeStruct((program.feed.shape[-1],), jnp.float32)
     program.stats_shape = gpu.abstract((channels, channels))
-    if hasattr(program, "hyper"):  # trees from before the hyperparameters were arguments
-        program.hyper_shape = gpu.abstract(jax.eval_shape(lambda: program.hyper))
     lowered = program.lower_block()
     start = time.perf_counter()
     text = lowered.compile().as_text()

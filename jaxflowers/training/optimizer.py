@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -52,8 +53,7 @@ class Solver:
 
     def __call__(self, values=None) -> tuple[optax.GradientTransformation, optax.Schedule]:
         values = hyperparameters(self.options) if values is None else values
-        factors = None if self.factors is None else list(self.factors)
-        return (make_optimizer(self.options, self.steps_per_epoch, self.layout, factors,
+        return (make_optimizer(self.options, self.steps_per_epoch, self.layout, self.factors,
                                values=values),
                 learn_rate_schedule(self.options, self.steps_per_epoch, values["learn_rate"]))
 
@@ -71,7 +71,7 @@ def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int,
 
 def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
                    layout: FlatParams | None = None,
-                   factors: list[float] | None = None,
+                   factors: Sequence[float] | None = None,
                    values: dict | None = None) -> optax.GradientTransformation:
     """The solver with L2 regularisation, gradient clipping and the learning-rate schedule.
 

@@ -141,7 +141,6 @@ class TrainProgram:
         channels = jax.ShapeDtypeStruct((feed.shape[-1],), jnp.float32)
         self.stats_shape = parallel.abstract((channels, channels))
         self.hyper = hyperparameters(options)
-        self.hyper_shape = parallel.abstract(jax.eval_shape(lambda: self.hyper))
         per_device = options.mini_batch_size // parallel.num_devices
         self.forward = ForwardPass(parallel, self.model, self.dtype, per_device)
         self._to_tree = parallel.wrap(self.layout.to_tree, (REPLICATED,), REPLICATED)
@@ -214,7 +213,8 @@ class TrainProgram:
 
     def lower_block(self):
         """The training dispatch traced against shapes (``jax.stages.Lowered``)."""
-        state, stats, hyper = self.state_shapes, self.stats_shape, self.hyper_shape
+        state, stats = self.state_shapes, self.stats_shape
+        hyper = self.parallel.abstract(jax.eval_shape(lambda: self.hyper))
         if isinstance(self.feed, ResidentData):
             fn = functools.partial(train_block, cfg=self.cfg, length=self.block_length)
             specs = (REPLICATED, REPLICATED, REPLICATED, sharded(1), REPLICATED, REPLICATED,
