@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from jaxflowers.options.validate import check_choice, check_float, check_int
 
-__all__ = ["Constant", "Cosine", "Cyclical", "Exponential", "NAMES", "Piecewise", "Polynomial",
-           "Schedule", "UNITS", "Warmup", "check", "from_plain", "parts", "spans_training",
-           "to_optax", "to_plain"]
+__all__ = ["Constant", "Cosine", "Cyclical", "Drops", "Exponential", "NAMES", "Piecewise",
+           "Polynomial", "Schedule", "UNITS", "Warmup", "check", "drop_powers", "drops",
+           "from_plain", "parts", "spans_training", "to_optax", "to_plain"]
 
 UNITS = ("epoch", "iteration")
 NAMES = ("none", "piecewise", "warmup", "cosine", "polynomial", "exponential", "cyclical")
@@ -65,37 +65,56 @@ class Piecewise(Schedule):
         self._check_unit()
 
     def factor(self, remaining: int) -> Callable:
-        return _drops(self.drop_factor, self.period)
+        return drops(drop_powers(self.drop_factor), self.period)
 
 
-def _drops(drop_factor: float, period: int) -> Callable:
-    """``k -> drop_factor ** (k // period)`` in float32, with no constant of the training's
-    length (a list of drop boundaries would be one), so runs of any length share a program.
+_BITS = 31  # of a non-negative int32 drop count
 
-    The factor's powers of two, each rounded to float32 once, multiply in for the exponent's
-    set bits, lowest first. Up to three drops this is the product taken one drop at a time
-    (optax's ``piecewise_constant_schedule``), bit for bit; after more, it is within 3 units
-    in the last place of the exact power, closer than one drop at a time. Once a power is 0
-    (or the factor is 1), higher bits need no terms."""
-    import jax.numpy as jnp
 
+def drop_powers(drop_factor: float) -> np.ndarray:
+    """``drop_factor ** 2 ** i`` for i < 31, each rounded to float32 once (0 once it
+    underflows): what :func:`drops` multiplies in."""
     base = np.float64(np.float32(drop_factor))
-    squares, square = [], np.float32(base)
-    while len(squares) < 31 and 0 < square < 1:
-        squares.append(square)
-        square = np.float32(base ** 2 ** len(squares))  # rounded once
-    vanishes = square == 0 and len(squares) < 31  # bits from len(squares) up give 0
+    powers = np.zeros(_BITS, np.float32)
+    for bit in range(_BITS):
+        powers[bit] = np.float32(base ** 2 ** bit)
+        if powers[bit] == 0:
+            break
+    return powers
+
+
+def drops(powers, period) -> Callable:
+    """``k -> drop_factor ** (k // period)`` in float32 from the factor's
+    :func:`drop_powers` (constants, or arguments of a program so that runs with other
+    factors and periods share it), with no constant of the training's length.
+
+    The powers multiply in for the exponent's set bits, lowest first. Up to three drops
+    this is the product taken one drop at a time (optax's ``piecewise_constant_schedule``),
+    bit for bit; after more, it is within 3 units in the last place of the exact power,
+    closer than one drop at a time. A factor of 1 multiplies by 1, of 0 by 0: exact."""
+    import jax.numpy as jnp
 
     def factor(k):
         n = jnp.asarray(k, jnp.int32) // period
         value = jnp.float32(1)
-        for bit, power in enumerate(squares):
-            value = jnp.where((n >> bit) & 1 == 1, value * power, value)
-        if vanishes:
-            value = jnp.where(n >= 2 ** len(squares), jnp.float32(0), value)
+        for bit in range(_BITS):
+            value = jnp.where((n >> bit) & 1 == 1, value * powers[bit], value)
         return value
 
     return factor
+
+
+@dataclasses.dataclass(frozen=True)
+class Drops(Schedule):
+    """:class:`Piecewise` from its :func:`drop_powers` and period as they are, unchecked: the
+    options' "piecewise" inside a training program, whose values are its arguments."""
+
+    powers: Any
+    period: Any
+    frequency_unit: str = "epoch"
+
+    def factor(self, remaining: int) -> Callable:
+        return drops(self.powers, self.period)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,7 +78,8 @@ import os, sys
 import numpy as np
 import jaxflowers as jf
 cache, seed, data_seed, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-rate, l2, threshold = (float(v) for v in sys.argv[5:8])
+rate, l2, threshold, drop, epsilon = (float(v) for v in sys.argv[5:10])
+period = int(sys.argv[10])
 jf.enable_compilation_cache(cache, min_compile_time_s=0)
 rng = np.random.default_rng(data_seed)
 n = 96
@@ -89,32 +90,35 @@ options = jf.TrainingOptions(
     solver="adam", mini_batch_size=16, max_epochs=epochs, validation_data=test,
     validation_frequency=2, output_network="best-validation", seed=seed, verbose=False,
     augmentation=jf.recipes.augmentation("flowers"), learn_rate_schedule="piecewise",
-    learn_rate_drop_period=1, initial_learn_rate=rate, l2_regularization=l2,
-    gradient_threshold=threshold)
+    learn_rate_drop_period=period, learn_rate_drop_factor=drop, epsilon=epsilon,
+    initial_learn_rate=rate, l2_regularization=l2, gradient_threshold=threshold)
 net, info = jf.train(train, jf.models.cifar_net(1, num_classes=3), options,
                      execution=jf.ExecutionOptions(parameter_layout="flat"))
 jf.predict(net, test.images)
-print(info.learn_rate[0], info.loss[-1])
+print(info.learn_rate[0], info.learn_rate[-1], info.loss[-1])
 """
 
 
 def test_a_new_seed_split_data_set_number_of_epochs_or_solver_value_compiles_nothing_new(
         tmp_path):
     """Seeds, the split, the pixels and the solver's hyperparameters (learning rate, L2,
-    gradient threshold) are arguments of the compiled programs, never constants, and no shape
-    follows the number of epochs (the iteration plan comes a window at a time, the learning
-    rate's drops are computed): runs that differ only in these load every program from the
-    cache, and train with their own values."""
+    gradient threshold, epsilon, the piecewise drops' factor and period) are arguments of the
+    compiled programs, never constants, and no shape follows the number of epochs (the
+    iteration plan comes a window at a time, the learning rate's drops are computed): runs
+    that differ only in these load every program from the cache, and train with their own
+    values."""
     cache = tmp_path / "xla"
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), JAX_NUM_CPU_DEVICES="2")
 
-    def run(seed, data_seed, epochs=2, solver=("0.001", "0.0001", "5")):
+    def run(seed, data_seed, epochs=2, solver=("0.001", "0.0001", "5", "0.1", "1e-8", "1")):
         result = subprocess.run([sys.executable, "-c", TRAINING, str(cache), str(seed),
                                  str(data_seed), str(epochs), *solver], env=env,
                                 capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
-        rate, loss = (float(v) for v in result.stdout.split()[-2:])
-        assert rate == pytest.approx(float(solver[0]), rel=1e-6)  # the run's own rate
+        rate, last, loss = (float(v) for v in result.stdout.split()[-3:])
+        base, drop, period = float(solver[0]), float(solver[3]), int(solver[5])
+        assert rate == pytest.approx(base, rel=1e-6)  # the run's own rate and drops
+        assert last == pytest.approx(base * drop ** ((epochs - 1) // period), rel=1e-6)
         return sorted(p.name for p in cache.iterdir()), loss
 
     first, loss = run(0, 0)
@@ -122,6 +126,9 @@ def test_a_new_seed_split_data_set_number_of_epochs_or_solver_value_compiles_not
     assert run(1, 0)[0] == first  # another seed (so another split and initial network)
     assert run(2, 1)[0] == first  # other images and labels of the same shapes
     assert run(2, 1, epochs=5)[0] == first  # a longer run, past more of the schedule's drops
-    entries, other = run(0, 0, solver=("0.02", "0.003", "0.5"))  # a search's next trial
-    assert entries == first
-    assert other != loss  # and it trained with those values, not the first run's
+    # a search's next trials, which train with their own values, not the first run's
+    entries, other = run(0, 0, solver=("0.02", "0.003", "0.5", "0.1", "1e-8", "1"))
+    assert entries == first and other != loss
+    entries, other = run(0, 0, solver=("0.001", "0.0001", "5", "0.1", "1e-3", "1"))
+    assert entries == first and other != loss  # epsilon alone
+    assert run(0, 0, epochs=5, solver=("0.02", "0.003", "0.5", "0.5", "1e-4", "2"))[0] == first

@@ -1,8 +1,9 @@
 """Optax solvers, gradient clipping and learning-rate schedules from ``TrainingOptions``.
 
-The base learning rate, L2 factor, momentum and gradient threshold are the solver's
-*hyperparameters*: values the training program takes as arguments, so that runs differing only
-in them (a search's trials) share one compiled program.
+The base learning rate, L2 factor, momentum, gradient threshold, epsilon, and the piecewise
+schedule's drop factor and period are the solver's *hyperparameters*: values the training
+program takes as arguments, so that runs differing only in them (a search's trials) share one
+compiled program.
 """
 from __future__ import annotations
 
@@ -26,18 +27,24 @@ __all__ = ["HYPERPARAMETERS", "Solver", "hyperparameters", "learn_rate_schedule"
 # Each enters the float32 arithmetic where the constant it replaces did (XLA no longer folds a
 # constant rate into the products around it). Adam's and RMSProp's decays stay constants:
 # optax takes ``1 - decay``, which a constant rounds once from float64 and an argument twice.
-HYPERPARAMETERS = ("learn_rate", "l2_regularization", "momentum", "gradient_threshold")
+HYPERPARAMETERS = ("learn_rate", "l2_regularization", "momentum", "gradient_threshold",
+                   "epsilon", "learn_rate_drop_factor", "learn_rate_drop_period")
 
 
-def hyperparameters(options: TrainingOptions) -> dict[str, np.float32]:
-    """The options' ``HYPERPARAMETERS`` as float32 scalars, the training program's argument.
+def hyperparameters(options: TrainingOptions) -> dict[str, np.ndarray]:
+    """The options' ``HYPERPARAMETERS``, the training program's argument: float32 scalars,
+    the drop factor as its 31 float32 powers (``schedules.drop_powers``), the period int32.
 
     Which of them the program uses is fixed by the options (the solver; an L2 factor or a
-    momentum of 0, an infinite threshold: none), so those choices still compile apart."""
+    momentum of 0, an infinite threshold, a schedule without "piecewise": none), so those
+    choices still compile apart."""
     return {"learn_rate": np.float32(options.learn_rate),
             "l2_regularization": np.float32(options.l2_regularization),
             "momentum": np.float32(options.momentum),
-            "gradient_threshold": np.float32(options.gradient_threshold)}
+            "gradient_threshold": np.float32(options.gradient_threshold),
+            "epsilon": np.float32(options.epsilon),
+            "learn_rate_drop_factor": schedules.drop_powers(options.learn_rate_drop_factor),
+            "learn_rate_drop_period": np.int32(min(options.learn_rate_drop_period, 2**31 - 1))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,18 +62,18 @@ class Solver:
         values = hyperparameters(self.options) if values is None else values
         return (make_optimizer(self.options, self.steps_per_epoch, self.layout, self.factors,
                                values=values),
-                learn_rate_schedule(self.options, self.steps_per_epoch, values["learn_rate"]))
+                learn_rate_schedule(self.options, self.steps_per_epoch, values))
 
 
 def learn_rate_schedule(options: TrainingOptions, steps_per_epoch: int,
-                        base=None) -> optax.Schedule:
-    """The learning rate as an optax schedule of the 0-based iteration; ``base``: the base
-    rate (default the options')."""
-    piecewise = schedules.Piecewise(options.learn_rate_drop_factor,
-                                    options.learn_rate_drop_period)
-    return schedules.to_optax(options.learn_rate_schedule,
-                              options.learn_rate if base is None else base, steps_per_epoch,
-                              options.max_epochs * steps_per_epoch, piecewise)
+                        values: dict | None = None) -> optax.Schedule:
+    """The learning rate as an optax schedule of the 0-based iteration; ``values``: the
+    ``HYPERPARAMETERS`` (default the options')."""
+    values = hyperparameters(options) if values is None else values
+    piecewise = schedules.Drops(values["learn_rate_drop_factor"],
+                                values["learn_rate_drop_period"])
+    return schedules.to_optax(options.learn_rate_schedule, values["learn_rate"],
+                              steps_per_epoch, options.max_epochs * steps_per_epoch, piecewise)
 
 
 def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
@@ -79,16 +86,16 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
     ``factors`` (per parameter leaf, ``learn_rates.factors``) multiply the solver's update
     last (``setLearnRateFactor``); ``values``: the ``HYPERPARAMETERS`` (default the options')."""
     values = hyperparameters(options) if values is None else values
-    schedule = learn_rate_schedule(options, steps_per_epoch, values["learn_rate"])
+    schedule = learn_rate_schedule(options, steps_per_epoch, values)
     if options.solver == "sgdm":
         solver = optax.sgd(schedule, momentum=values["momentum"] if options.momentum else None)
     elif options.solver == "rmsprop":
         # MATLAB divides by sqrt(v) + epsilon, optax by default by sqrt(v + epsilon).
-        solver = optax.rmsprop(schedule, decay=options.squared_decay, eps=options.epsilon,
+        solver = optax.rmsprop(schedule, decay=options.squared_decay, eps=values["epsilon"],
                                eps_in_sqrt=False)
     else:
         solver = optax.adam(schedule, b1=options.gradient_decay_factor,
-                            b2=options.squared_decay, eps=options.epsilon)
+                            b2=options.squared_decay, eps=values["epsilon"])
     chain = []  # L2 coupled to the gradient before clipping, as MATLAB's L2Regularization
     if options.l2_regularization:
         chain.append(optax.add_decayed_weights(values["l2_regularization"]))

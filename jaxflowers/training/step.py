@@ -221,7 +221,7 @@ def train_block(state: TrainState, images, labels, order, first_row, stats, hype
         (``ResidentData.window``), so no shape grows with the number of epochs.
       first_row: int32 scalar, the iteration of ``order``'s first row.
       stats: per-channel (mean, std), float32 (C,) each.
-      hyper: the solver's hyperparameters, float32 scalars (``optimizer.hyperparameters``):
+      hyper: the solver's hyperparameters (``optimizer.hyperparameters``):
         arguments, so that other values reuse the compiled block.
       limit: int32 scalar; later iterations (and all after a halt) are skipped.
       length: static, the most iterations it runs.
