@@ -104,7 +104,7 @@ def drops(powers, period) -> Callable:
     return factor
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # arrays or tracers: compared by identity
 class Drops(Schedule):
     """:class:`Piecewise` from its :func:`drop_powers` and period as they are, unchecked: the
     options' "piecewise" inside a training program, whose values are its arguments."""
