@@ -3,7 +3,7 @@ a machine without one (XLA's compile-only CUDA devices), for package trees side 
 
     pip install "jax[cuda12]"   # the CUDA plugin: no GPU or driver is needed to compile
     python benchmarks/gpu_kernels.py --tree old=OLD --tree new=. [--models cifar_net:1 ...]
-        [--gpu h200] [--list] [--hlo DIR] [--out FILE.json]
+        [--gpu h200] [--schedule piecewise] [--list] [--hlo DIR] [--out FILE.json]
 
 Each tree's ``train`` is stopped in ``TrainProgram.prepare`` (as ``trace_time.py`` does) with
 the choices it makes on a GPU (bfloat16, one parameter vector, its iterations per dispatch,
@@ -62,7 +62,7 @@ from jaxflowers.bench import scaling
 from jaxflowers.parallel.data_parallel import DataParallel
 from prepare_probe import stop_in_prepare
 
-model, target, out = sys.argv[1:4]
+model, target, out, schedule = sys.argv[1:5]
 devices = topologies.get_topology_desc(platform="cuda", target_config=target,
                                        topology="1x1x1").devices
 
@@ -90,7 +90,8 @@ chosen = jf.ExecutionOptions().resolve("gpu", size, streamed=False)
 execution = jf.ExecutionOptions(precision=chosen.precision,
                                 steps_per_dispatch=chosen.steps_per_dispatch,
                                 parameter_layout="flat" if chosen.flat_parameters else "tree")
-stop_in_prepare(model, probe, execution=execution, network=network)
+stop_in_prepare(model, probe, execution=execution, network=network,
+                options={"learn_rate_schedule": schedule})
 """
 
 _SKIP = {"parameter", "get-tuple-element", "bitcast", "tuple", "constant", "after-all",
@@ -177,6 +178,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+",
                         default=["cifar_net:1", "cifar_net:2", "cifar_net:3", "cifar_net:4"])
     parser.add_argument("--gpu", choices=sorted(GPUS), default="h200")
+    parser.add_argument("--schedule", default="none",
+                        help="the learning-rate schedule (the Flowers example's: piecewise)")
     parser.add_argument("--list", action="store_true", help="print every launch of an iteration")
     parser.add_argument("--hlo", help="keep each compiled module's text in this folder")
     parser.add_argument("--out")
@@ -192,7 +195,8 @@ def main() -> None:
                    "JAX_PLATFORMS": "cpu"}
             for model in args.models:
                 hlo = os.path.join(scratch, f"{label}-{model}.hlo")
-                done = subprocess.run(child_command(CHILD) + [model, target, hlo], env=env,
+                done = subprocess.run(child_command(CHILD) + [model, target, hlo, args.schedule],
+                                      env=env,
                                       capture_output=True, text=True, cwd=HERE)
                 if done.returncode or not os.path.exists(hlo):
                     raise SystemExit(f"{label} {model}: not compiled\n{done.stderr[-3000:]}")

@@ -13,9 +13,10 @@ def child_command(code: str) -> list:
 
 
 def stop_in_prepare(model: str, probe, *, num_images: int = 256, execution=None,
-                    network=None) -> None:
+                    network=None, options=None) -> None:
     """Call ``train`` until its ``TrainProgram.prepare``, which runs ``probe(program)`` instead.
-    ``network``: the module to train (default the bench's ``model``)."""
+    ``network``: the module to train (default the bench's ``model``); ``options``: training
+    options that replace the bench's."""
     import jaxflowers as jf
     from jaxflowers import bench
     from jaxflowers.training import program as program_lib
@@ -33,7 +34,8 @@ def stop_in_prepare(model: str, probe, *, num_images: int = 256, execution=None,
     data = bench.scaling.synthetic_set(num_images, spec.image_size, spec.num_classes)
     options = jf.TrainingOptions(solver="adam" if spec.name == "resnet50" else "sgdm",
                                  mini_batch_size=128, augmentation=spec.augmentation,
-                                 verbose=False, plots="none", shuffle="every-epoch")
+                                 verbose=False, plots="none", shuffle="every-epoch",
+                                 **(options or {}))
     try:
         run_lib.train(data, spec.build() if network is None else network, options,
                       execution=execution)
