@@ -196,8 +196,7 @@ def main() -> None:
             for model in args.models:
                 hlo = os.path.join(scratch, f"{label}-{model}.hlo")
                 done = subprocess.run(child_command(CHILD) + [model, target, hlo, args.schedule],
-                                      env=env,
-                                      capture_output=True, text=True, cwd=HERE)
+                                      env=env, capture_output=True, text=True, cwd=HERE)
                 if done.returncode or not os.path.exists(hlo):
                     raise SystemExit(f"{label} {model}: not compiled\n{done.stderr[-3000:]}")
                 with open(hlo) as f:
