@@ -3,14 +3,15 @@ processes, for package trees alternating.
 
     python benchmarks/trace_time.py --tree old=OLD --tree new=. [--models resnet50 cifar_net:4]
         [--rounds 6] [--layout flat] [--precision bfloat16] [--steps-per-dispatch 16]
-        [--out FILE.json]
+        [--schedule piecewise] [--out FILE.json]
 
 Each process builds ``train``'s program for the bench's model and shapes (synthetic data),
 stops in ``TrainProgram.prepare`` and times ``lower_block()`` four times: the first is what a
 run pays (one trace per program per process), the later ones reuse JAX's caches of the small
 jitted functions ``jnp`` operators call. ``--layout flat --precision bfloat16`` traces on a
 CPU the program GPUs run (one parameter vector, bfloat16); ``--steps-per-dispatch 16`` the
-loop of iterations GPUs run for 32x32 images.
+loop of iterations GPUs run for 32x32 images; ``--schedule piecewise`` the Flowers example's
+learning-rate schedule.
 """
 import argparse
 import json
@@ -39,7 +40,8 @@ def probe(program):
 
 block = int(sys.argv[4]) if sys.argv[4] != "auto" else None
 stop_in_prepare(sys.argv[1], probe, execution=jf.ExecutionOptions(
-    parameter_layout=sys.argv[2], precision=sys.argv[3], steps_per_dispatch=block))
+    parameter_layout=sys.argv[2], precision=sys.argv[3], steps_per_dispatch=block),
+    options={"learn_rate_schedule": sys.argv[5]})
 print("TIMES " + json.dumps(times), flush=True)
 """
 
@@ -52,6 +54,7 @@ def main() -> None:
     parser.add_argument("--layout", default="auto")
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--steps-per-dispatch", default="auto")
+    parser.add_argument("--schedule", default="none", help="the learning-rate schedule")
     parser.add_argument("--out")
     args = parser.parse_args()
     trees = [t.split("=", 1) for t in args.tree]
@@ -61,7 +64,8 @@ def main() -> None:
             env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": os.path.abspath(path)}
             for model in args.models:
                 out = subprocess.run(child_command(CHILD) + [model, args.layout, args.precision,
-                                                         args.steps_per_dispatch],
+                                                         args.steps_per_dispatch,
+                                                         args.schedule],
                                      env=env, capture_output=True, text=True, cwd=HERE)
                 found = [line for line in out.stdout.splitlines() if line.startswith("TIMES ")]
                 if not found:

@@ -93,13 +93,19 @@ def drops(powers, period) -> Callable:
     bit for bit; after more, it is within 3 units in the last place of the exact power,
     closer than one drop at a time. A factor of 1 multiplies by 1, of 0 by 0: exact."""
     import jax.numpy as jnp
+    from jax import lax
+
+    bits = np.arange(_BITS, dtype=np.int32)
 
     def factor(k):
         n = jnp.asarray(k, jnp.int32) // period
-        value = jnp.float32(1)
-        for bit in range(_BITS):
-            value = jnp.where((n >> bit) & 1 == 1, value * powers[bit], value)
-        return value
+        # The powers of the set bits, 1 for the others (a product by 1 is exact), as one
+        # vector split once: a few operations to trace whatever the number of bits.
+        chosen = jnp.where((n >> bits) & 1 == 1, jnp.asarray(powers, jnp.float32), 1)
+        value = jnp.ones((1,), jnp.float32)
+        for power in lax.split(chosen, [1] * _BITS):
+            value = value * power
+        return value[0]
 
     return factor
 
