@@ -135,9 +135,14 @@ def test_a_fast_local_folder_is_listed_in_one_thread_a_slow_one_in_threads(tmp_p
         return real(self, folder, recursive)
 
     monkeypatch.setattr(scan_lib.LocalFolder, "files", files)
+    # A listing counts as fast below 2 ms a folder: a loaded machine can miss that by
+    # itself, so the fast case gets a bound no pause of the scheduler reaches.
+    default = scan_lib.FAST_LISTING_S_PER_FOLDER
+    monkeypatch.setattr(scan_lib, "FAST_LISTING_S_PER_FOLDER", 10.0)
     fast = ImageFolder(root, image_size=(4, 4), cache_dir=tmp_path / "c", workers=4)
     assert threads == [threading.current_thread()] * 4
     threads.clear()
+    monkeypatch.setattr(scan_lib, "FAST_LISTING_S_PER_FOLDER", default)
     delay.append(0.05)  # 17 ms a file, 50 ms a folder
     slow = ImageFolder(root, image_size=(4, 4), cache_dir=tmp_path / "c", workers=4)
     assert len(threads) == 4 and threads[0] is threading.current_thread()
