@@ -206,6 +206,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--reps", type=int, default=8)
+    parser.add_argument("--shapes", type=int, nargs="+", metavar="I",
+                        help="time only these of SHAPES (0-based; default: all)")
     parser.add_argument("--interpret", action="store_true",
                         help="run the kernels in Pallas' interpreter on small shapes and "
                              "only check them against XLA's")
@@ -220,7 +222,7 @@ def main(argv=None):
               f"{saved / 3e12 * 1e3:.2f} ms at 3 TB/s, {saved / 4e12 * 1e3:.2f} ms at 4 TB/s")
         return 0
 
-    shapes = SMALL if args.interpret else SHAPES
+    shapes = SMALL if args.interpret else [SHAPES[i] for i in args.shapes or range(len(SHAPES))]
     config = SMALL_CONFIG if args.interpret else CONFIGS[1]
     checks = [check(shape, config, args.interpret) for shape in shapes]
     for row in checks:
