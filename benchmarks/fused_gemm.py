@@ -4,6 +4,7 @@ of kernels in ResNet-50's step?
     python benchmarks/fused_gemm.py [--rounds 2] [--reps 8] [--out FILE.json]
     python benchmarks/fused_gemm.py --interpret   # small shapes on a CPU, correctness only
     python benchmarks/fused_gemm.py --bound       # the most such kernels could save a step
+    python benchmarks/fused_gemm.py --lower       # lowered for CUDA without a GPU: errors
 
 ResNet-50's bottlenecks are 1x1 convolutions (matrix products over M = N*H*W rows) between
 batch norms. Forward, XLA runs each as three kernels: the previous batch norm's apply and
@@ -168,6 +169,29 @@ def measure(shape, reps, rounds):
     return rows
 
 
+def lower_all(shapes):
+    """Lower every way of ``shapes`` for CUDA, on any machine: Triton's lowering errors show
+    without a GPU. Returns the number lowered and the errors."""
+    import jax
+    import jax.numpy as jnp
+
+    lowered, errors = 0, []
+    for shape in shapes:
+        m, k, n = shape
+        x, do = (jax.ShapeDtypeStruct((m, c), jnp.bfloat16) for c in (k, n))
+        w = jax.ShapeDtypeStruct((k, n), jnp.bfloat16)
+        p = jax.ShapeDtypeStruct((4, k), jnp.float32)
+        for name, config, one in _ways(shape):
+            args = (x, do, w, p) if "backward" in name else (x, w, p)
+            try:
+                jax.jit(one).trace(*args).lower(lowering_platforms=("cuda",))
+            except Exception as error:  # report every one, not just the first
+                errors.append(f"{shape} {name} {config}: {type(error).__name__}: {error}")
+            else:
+                lowered += 1
+    return lowered, errors
+
+
 def _fastest(rows, way):
     found = [r for r in rows if r["way"] == way and "us" in r]
     return min(found, key=lambda r: r["us"]) if found else None
@@ -212,6 +236,9 @@ def main(argv=None):
                         help="run the kernels in Pallas' interpreter on small shapes and "
                              "only check them against XLA's")
     parser.add_argument("--out", help="write the checks and rows here as JSON")
+    parser.add_argument("--lower", action="store_true",
+                        help="lower every way of the shapes for CUDA (no GPU needed), "
+                             "report the errors, then stop")
     parser.add_argument("--bound", action="store_true",
                         help="print the traffic fused 1x1 kernels would save a step, and "
                              "what it is worth at 3 and 4 TB/s, then stop")
@@ -223,6 +250,10 @@ def main(argv=None):
         return 0
 
     shapes = SMALL if args.interpret else [SHAPES[i] for i in args.shapes or range(len(SHAPES))]
+    if args.lower:
+        lowered, errors = lower_all(shapes)
+        print("\n".join(errors + [f"lowered {lowered} programs, {len(errors)} failed"]))
+        return 1 if errors else 0
     config = SMALL_CONFIG if args.interpret else CONFIGS[1]
     checks = [check(shape, config, args.interpret) for shape in shapes]
     for row in checks:

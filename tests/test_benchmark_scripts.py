@@ -174,3 +174,6 @@ def test_fused_gemm_kernels_equal_xlas_chain_forward_and_backward():
                                         interpret=True)
     chain, _ = gemm_kernels.forward_chain(xs[0], w, p)
     assert script._relative(plain, chain) > 0.1
+    # and every way of a shape lowers to Triton without a GPU
+    lowered, errors = script.lower_all([(1024, 128, 64)])
+    assert lowered >= 10 and not errors, errors
