@@ -46,21 +46,24 @@ CONFIGS = [(128, 64, 64, 4, 3), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3),
            (128, 256, 64, 8, 3), (64, 64, 64, 4, 4)]
 
 
-def traffic_saved(batch=128, size=224):
-    """Elements of memory traffic per ResNet-50 step that fused 1x1 kernels would save:
+def traffic_saved(batch=128, three_by_three=False):
+    """Elements of memory traffic per ResNet-50 step (224 px) that fused kernels would save:
     every 1x1 output's forward sums (the output's read); the expanding 1x1's input, whose
     apply would no longer be written and read forward, nor its batch norm's sums read
-    backward. The reducing 1x1 reads the block's input, kept for the residual anyway."""
+    backward. The reducing 1x1 reads the block's input, kept for the residual anyway.
+    ``three_by_three``: the 3x3 convolutions fused the same way too (input and output)."""
     stages = [(3, 64, 56, 56), (4, 128, 56, 28), (6, 256, 28, 14), (3, 512, 14, 7)]
     total = 0
     for blocks, mid, first_size, own_size in stages:
         for block in range(blocks):
-            reduce_rows = batch * (first_size if block == 0 else own_size) ** 2 * size // 224
-            rows = batch * own_size ** 2 * size // 224
+            reduce_rows = batch * (first_size if block == 0 else own_size) ** 2
+            rows = batch * own_size ** 2
             total += reduce_rows * mid  # the reducing 1x1's sums
             total += 4 * rows * mid + rows * 4 * mid  # the expanding 1x1: apply, sums; its sums
             if block == 0:
                 total += rows * 4 * mid  # the projection's sums
+            if three_by_three:
+                total += 4 * reduce_rows * mid + rows * mid  # the 3x3's apply, sums; its sums
     return total
 
 
@@ -244,9 +247,10 @@ def main(argv=None):
                              "what it is worth at 3 and 4 TB/s, then stop")
     args = parser.parse_args(argv)
     if args.bound:
-        saved = 2 * traffic_saved()  # bfloat16 bytes
-        print(f"ResNet-50, 128 images: {saved / 1e9:.2f} GB a step fewer; "
-              f"{saved / 3e12 * 1e3:.2f} ms at 3 TB/s, {saved / 4e12 * 1e3:.2f} ms at 4 TB/s")
+        for which, three in (("the 1x1 convolutions", False), ("and the 3x3 too", True)):
+            saved = 2 * traffic_saved(three_by_three=three)  # bfloat16 bytes
+            print(f"ResNet-50, 128 images, {which}: {saved / 1e9:.2f} GB a step fewer; "
+                  f"{saved / 3e12 * 1e3:.2f} ms at 3 TB/s, {saved / 4e12 * 1e3:.2f} ms at 4 TB/s")
         return 0
 
     shapes = SMALL if args.interpret else [SHAPES[i] for i in args.shapes or range(len(SHAPES))]
