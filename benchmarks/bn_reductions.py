@@ -17,9 +17,7 @@ the sweep's depths 3 and 4 with ``models.norm`` summing each way, in one process
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -117,6 +115,7 @@ def micro(rounds, ways):
     import bn_kernels as cs
     import jax
     import jax.numpy as jnp
+    import program_time
 
     reps, rows = 16, []
     key = jax.random.PRNGKey(0)
@@ -151,14 +150,7 @@ def micro(rounds, ways):
                 return jnp.stack(out)
 
             for name, fn, args, read in (("forward", fwd, (x,), 1), ("backward", bwd, (x, dy), 2)):
-                compiled = jax.jit(fn).lower(*args).compile()
-                compiled(*args).block_until_ready()
-                times = []
-                for _ in range(5 * rounds):
-                    t0 = time.perf_counter()
-                    compiled(*args).block_until_ready()
-                    times.append((time.perf_counter() - t0) / reps)
-                t = statistics.median(times)
+                t = program_time.per_repetition(fn, args, reps, rounds)
                 nbytes = read * int(np.prod(shape)) * 2
                 rows.append({"part": "micro", "shape": list(shape), "pass": name, "way": way,
                              "us": 1e6 * t, "GB_per_s": nbytes / t / 1e9})

@@ -29,9 +29,7 @@ import argparse
 import functools
 import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -109,19 +107,6 @@ def check(shape, config, interpret):
     return row
 
 
-def _time(fn, args, reps, rounds):
-    import jax
-
-    compiled = jax.jit(fn).lower(*args).compile()
-    jax.block_until_ready(compiled(*args))
-    times = []
-    for _ in range(5 * rounds):
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append((time.perf_counter() - t0) / reps)
-    return statistics.median(times)
-
-
 def _ways(shape):
     import gemm_kernels as gk
 
@@ -146,6 +131,8 @@ def _ways(shape):
 
 def measure(shape, reps, rounds):
     """Rows for one shape: each way's time per layer."""
+    import program_time
+
     xs, dos, w, p = inputs(shape, reps)
     m, k, n = shape
     rows = []
@@ -161,7 +148,7 @@ def measure(shape, reps, rounds):
             args = xs
         row = {"shape": list(shape), "way": name, "config": config}
         try:
-            t = _time(many, args, reps, rounds)
+            t = program_time.per_repetition(many, args, reps, rounds)
         except Exception as error:  # a configuration Triton cannot compile: say so, go on
             row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
         else:

@@ -209,5 +209,4 @@ def pallas_backward(x, do, w, p, *, config, interpret=False):
     """``backward_chain``'s outputs from two fused kernels and XLA's last elementwise pass."""
     g, sums = _input_gradient_kernel(do, w, x, p, config, interpret)
     dw = _kernel_gradient_kernel(x, do, p, config, interpret)
-    xhat = (x.astype(F32) - p[0]) * p[1]
-    return _input_gradient(g.astype(F32), xhat, p, sums), dw, sums
+    return _input_gradient(g.astype(F32), _normalized(x, p)[0], p, sums), dw, sums
