@@ -5,6 +5,7 @@ of kernels in ResNet-50's step?
     python benchmarks/fused_gemm.py --interpret   # small shapes on a CPU, correctness only
     python benchmarks/fused_gemm.py --bound       # the most such kernels could save a step
     python benchmarks/fused_gemm.py --lower       # lowered for CUDA without a GPU: errors
+    python benchmarks/fused_gemm.py --table FILE.json   # an --out file's table again
 
 ResNet-50's bottlenecks are 1x1 convolutions (matrix products over M = N*H*W rows) between
 batch norms. Forward, XLA runs each as three kernels: the previous batch norm's apply and
@@ -35,9 +36,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gemm_kernels, when safe-path
 
-# (M, K, N): the 1x1 convolutions of ResNet-50's four stages at 128 images of 224 px.
-SHAPES = [(401408, 256, 64), (401408, 64, 256), (100352, 512, 128), (100352, 128, 512),
-          (25088, 1024, 256), (25088, 256, 1024), (6272, 2048, 512), (6272, 512, 2048)]
+# ResNet-50's stages at 224 px: blocks, bottleneck width, first block's input size, size.
+STAGES = [(3, 64, 56, 56), (4, 128, 56, 28), (6, 256, 28, 14), (3, 512, 14, 7)]
+# (M, K, N): each stage's reducing and expanding 1x1 convolution at 128 images.
+SHAPES = [(128 * size ** 2, k, n) for _, mid, _, size in STAGES
+          for k, n in ((4 * mid, mid), (mid, 4 * mid))]
 SMALL = [(256, 64, 32), (512, 32, 64)]
 SMALL_CONFIG = (64, 32, 32, 4, 2)
 CONFIGS = [(128, 64, 64, 4, 3), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3),
@@ -50,9 +53,8 @@ def traffic_saved(batch=128, three_by_three=False):
     apply would no longer be written and read forward, nor its batch norm's sums read
     backward. The reducing 1x1 reads the block's input, kept for the residual anyway.
     ``three_by_three``: the 3x3 convolutions fused the same way too (input and output)."""
-    stages = [(3, 64, 56, 56), (4, 128, 56, 28), (6, 256, 28, 14), (3, 512, 14, 7)]
     total = 0
-    for blocks, mid, first_size, own_size in stages:
+    for blocks, mid, first_size, own_size in STAGES:
         for block in range(blocks):
             reduce_rows = batch * (first_size if block == 0 else own_size) ** 2
             rows = batch * own_size ** 2
@@ -210,10 +212,40 @@ def table(rows):
                   f"| {cell(fused)} | {ratio} |")
 
 
+def step_estimate(rows):
+    """Milliseconds a ResNet-50 step (128 images) spends in its 1x1 convolutions, forward and
+    backward, each way: every shape weighted by its stage's block count (the first block's
+    reducing 1x1 counted at its stage's shape, the projection left out). ``best`` takes, per
+    shape and pass, the faster of XLA's chain and the fused kernels."""
+    blocks = {128 * size ** 2: count for count, _, _, size in STAGES}
+    total = dict.fromkeys(("chain", "products", "fused", "best"), 0.0)
+    for shape in {tuple(r["shape"]) for r in rows}:
+        mine = [r for r in rows if tuple(r["shape"]) == shape]
+        for direction in ("forward", "backward"):
+            chain, fused = _fastest(mine, direction), _fastest(mine, f"pallas-{direction}")
+            floor = _fastest(mine, f"{direction}-products")
+            if not (chain and fused and floor):
+                raise ValueError(f"{shape} {direction}: a way has no time")
+            for key, us in (("chain", chain["us"]), ("products", floor["us"]),
+                            ("fused", fused["us"]), ("best", min(chain["us"], fused["us"]))):
+                total[key] += blocks[shape[0]] * us / 1e3
+    return total
+
+
 def _write(path, checks, rows):
     if path:
         with open(path, "w") as f:
             json.dump({"checks": checks, "rows": rows}, f, indent=1)
+
+
+def _report(rows):
+    table(rows)
+    if {tuple(r["shape"]) for r in rows} == set(SHAPES):
+        step = step_estimate(rows)
+        print("A step's 1x1 convolutions, ms: " + ", ".join(
+            f"{key} {ms:.2f}" for key, ms in step.items())
+            + f"; saved {step['chain'] - step['fused']:.2f} all fused, "
+            f"{step['chain'] - step['best']:.2f} the faster of each")
 
 
 def main(argv=None):
@@ -232,7 +264,14 @@ def main(argv=None):
     parser.add_argument("--bound", action="store_true",
                         help="print the traffic fused 1x1 kernels would save a step, and "
                              "what it is worth at 3 and 4 TB/s, then stop")
+    parser.add_argument("--table", metavar="FILE.json",
+                        help="print the table and the step's estimate of an --out file, "
+                             "then stop")
     args = parser.parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            _report(json.load(f)["rows"])
+        return 0
     if args.bound:
         for which, three in (("the 1x1 convolutions", False), ("and the 3x3 too", True)):
             saved = 2 * traffic_saved(three_by_three=three)  # bfloat16 bytes
@@ -255,7 +294,7 @@ def main(argv=None):
         _write(args.out, checks, rows)  # each shape's rows kept if a later one runs too long
     _write(args.out, checks, rows)
     if rows:
-        table(rows)
+        _report(rows)
     worst = max(max(c["forward"] + c["backward"]) for c in checks)
     return 0 if worst < 2e-2 else 1
 

@@ -177,3 +177,23 @@ def test_fused_gemm_kernels_equal_xlas_chain_forward_and_backward():
     # and every way of a shape lowers to Triton without a GPU
     lowered, errors = script.lower_all([(1024, 128, 64)])
     assert lowered >= 10 and not errors, errors
+
+
+def test_fused_gemm_weights_each_shape_by_its_stages_blocks(tmp_path, capsys):
+    script = _script("fused_gemm")
+    times = {"forward": 10.0, "backward": 10.0, "forward-products": 1.0,
+             "backward-products": 1.0, "pallas-forward": 4.0, "pallas-backward": 20.0}
+    rows = [{"shape": list(shape), "way": way, "config": None, "us": us}
+            for shape in script.SHAPES for way, us in times.items()]
+    rows.append({"shape": list(script.SHAPES[0]), "way": "pallas-forward", "config": [1],
+                 "error": "Triton could not compile it"})  # a failed configuration is skipped
+    # 16 blocks, two 1x1 shapes each, forward and backward
+    assert script.step_estimate(rows) == pytest.approx(
+        {"chain": 16 * 4 * 10e-3, "products": 16 * 4 * 1e-3, "fused": 16 * 2 * 24e-3,
+         "best": 16 * 2 * 14e-3})
+    saved = tmp_path / "fused.json"
+    saved.write_text(json.dumps({"checks": [], "rows": rows}))
+    assert script.main(["--table", str(saved)]) == 0
+    assert "saved -0.13 all fused, 0.19 the faster of each" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="backward: a way has no time"):
+        script.step_estimate([r for r in rows if r["way"] != "pallas-backward"])
