@@ -95,16 +95,17 @@ def test_warm_workers_die_with_their_caller_even_while_they_import(tmp_path):
     (hook / "sitecustomize.py").write_text(_SLOW_JAX_IMPORT)
     caller = _start_caller("""
     import json, time
-    import psutil
     import jaxflowers.sweep as sweep
+    from worker_processes import sweep_workers_soon
     pool = sweep.DevicePool(2, warm_workers=True)
-    print(json.dumps([p.pid for p in psutil.Process().children()
-                      if "jaxflowers.sweep.backends.worker" in " ".join(p.cmdline())]), flush=True)
+    print(json.dumps([p.pid for p in sweep_workers_soon(2)]), flush=True)
     time.sleep(120)
     """, tmp_path, path=[str(hook)])
     try:
         pids = json.loads(caller.stdout.readline() or "[]")
-        assert len(pids) == 2 and all(alive(pid) for pid in pids), caller.stderr.read()
+        if not (len(pids) == 2 and all(alive(pid) for pid in pids)):
+            caller.kill()  # its stderr ends only with it
+            pytest.fail(f"warm workers {pids}: {caller.stderr.read()}")
         caller.kill()
         caller.wait(timeout=20)
         assert gone_within(pids, 10.0), "a warm worker outlived its caller"
