@@ -38,8 +38,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gemm_kernels, 
 
 # ResNet-50's stages at 224 px: blocks, bottleneck width, first block's input size, size.
 STAGES = [(3, 64, 56, 56), (4, 128, 56, 28), (6, 256, 28, 14), (3, 512, 14, 7)]
-# (M, K, N): each stage's reducing and expanding 1x1 convolution at 128 images.
-SHAPES = [(128 * size ** 2, k, n) for _, mid, _, size in STAGES
+BATCH = 128
+# (M, K, N): each stage's reducing and expanding 1x1 convolution at BATCH images.
+SHAPES = [(BATCH * size ** 2, k, n) for _, mid, _, size in STAGES
           for k, n in ((4 * mid, mid), (mid, 4 * mid))]
 SMALL = [(256, 64, 32), (512, 32, 64)]
 SMALL_CONFIG = (64, 32, 32, 4, 2)
@@ -47,7 +48,7 @@ CONFIGS = [(128, 64, 64, 4, 3), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3),
            (128, 256, 64, 8, 3), (64, 64, 64, 4, 4)]
 
 
-def traffic_saved(batch=128, three_by_three=False):
+def traffic_saved(batch=BATCH, three_by_three=False):
     """Elements of memory traffic per ResNet-50 step (224 px) that fused kernels would save:
     every 1x1 output's forward sums (the output's read); the expanding 1x1's input, whose
     apply would no longer be written and read forward, nor its batch norm's sums read
@@ -189,27 +190,35 @@ def _fastest(rows, way):
     return min(found, key=lambda r: r["us"]) if found else None
 
 
+def _per_pass(rows):
+    """Per shape (largest M first) and pass: the fastest row of XLA's chain and products and
+    of the plain and fused Pallas kernels (None where a way has no time)."""
+    for shape in sorted({tuple(r["shape"]) for r in rows}, key=lambda s: -s[0]):
+        mine = [r for r in rows if tuple(r["shape"]) == shape]
+        for direction in ("forward", "backward"):
+            yield shape, direction, {
+                "chain": _fastest(mine, direction),
+                "products": _fastest(mine, f"{direction}-products"),
+                "plain": _fastest(mine, "pallas-product") if direction == "forward" else None,
+                "fused": _fastest(mine, f"pallas-{direction}")}
+
+
 def table(rows):
     """Per shape and direction: XLA's chain and products, the best Pallas kernels."""
     print("| M, K, N | pass | XLA chain us | XLA products us | best Pallas product us | "
           "best Pallas fused us | fused / chain |")
     print("|---|---|---|---|---|---|---|")
-    for shape in sorted({tuple(r["shape"]) for r in rows}, key=lambda s: -s[0]):
-        mine = [r for r in rows if tuple(r["shape"]) == shape]
-        for direction in ("forward", "backward"):
-            chain = _fastest(mine, direction)
-            floor = _fastest(mine, f"{direction}-products")
-            plain = _fastest(mine, "pallas-product") if direction == "forward" else None
-            fused = _fastest(mine, f"pallas-{direction}")
 
-            def cell(r):
-                if r is None:
-                    return "-"
-                return f"{r['us']:.1f}" + (f" {tuple(r['config'])}" if r["config"] else "")
+    def cell(r):
+        if r is None:
+            return "-"
+        return f"{r['us']:.1f}" + (f" {tuple(r['config'])}" if r["config"] else "")
 
-            ratio = f"{fused['us'] / chain['us']:.2f}" if fused and chain else "-"
-            print(f"| {shape} | {direction} | {cell(chain)} | {cell(floor)} | {cell(plain)} "
-                  f"| {cell(fused)} | {ratio} |")
+    for shape, direction, best in _per_pass(rows):
+        chain, fused = best["chain"], best["fused"]
+        ratio = f"{fused['us'] / chain['us']:.2f}" if fused and chain else "-"
+        print(f"| {shape} | {direction} | {cell(chain)} | {cell(best['products'])} "
+              f"| {cell(best['plain'])} | {cell(fused)} | {ratio} |")
 
 
 def step_estimate(rows):
@@ -217,18 +226,15 @@ def step_estimate(rows):
     backward, each way: every shape weighted by its stage's block count (the first block's
     reducing 1x1 counted at its stage's shape, the projection left out). ``best`` takes, per
     shape and pass, the faster of XLA's chain and the fused kernels."""
-    blocks = {128 * size ** 2: count for count, _, _, size in STAGES}
+    blocks = {BATCH * size ** 2: count for count, _, _, size in STAGES}
     total = dict.fromkeys(("chain", "products", "fused", "best"), 0.0)
-    for shape in {tuple(r["shape"]) for r in rows}:
-        mine = [r for r in rows if tuple(r["shape"]) == shape]
-        for direction in ("forward", "backward"):
-            chain, fused = _fastest(mine, direction), _fastest(mine, f"pallas-{direction}")
-            floor = _fastest(mine, f"{direction}-products")
-            if not (chain and fused and floor):
-                raise ValueError(f"{shape} {direction}: a way has no time")
-            for key, us in (("chain", chain["us"]), ("products", floor["us"]),
-                            ("fused", fused["us"]), ("best", min(chain["us"], fused["us"]))):
-                total[key] += blocks[shape[0]] * us / 1e3
+    for shape, direction, best in _per_pass(rows):
+        if not (best["chain"] and best["products"] and best["fused"]):
+            raise ValueError(f"{shape} {direction}: a way has no time")
+        us = {key: best[key]["us"] for key in ("chain", "products", "fused")}
+        us["best"] = min(us["chain"], us["fused"])
+        for key in total:
+            total[key] += blocks[shape[0]] * us[key] / 1e3
     return total
 
 
