@@ -11,8 +11,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxflowers.models.fused_1x1 import product as product_1x1
-
 F32, BF16 = jnp.float32, jnp.bfloat16
 _SM_PROGRAMS = 528  # programs the weight-gradient kernel aims for: 4 per SM of an H100
 
@@ -98,13 +96,40 @@ def _part_sums(parts, blocks, n):
 
 def pallas_forward(x, w, p, *, config, fused, interpret=False):
     """``x @ w`` in one kernel; ``fused``: ``forward_chain``'s outputs from one kernel (the
-    apply in the loads, the sums per row block in the stores, summed by XLA after): the
-    model's kernel, ``jaxflowers.models.fused_1x1.product``."""
-    if not fused:
-        return product_1x1(x, w, sums=False, config=config, interpret=interpret)
-    mean, rstd, scale, offset = p
-    return product_1x1(x, w, jnp.stack([mean, rstd * scale, offset]), config=config,
-                       interpret=interpret)
+    apply in the loads, the sums per row block in the stores, summed by XLA after)."""
+    from jax.experimental import pallas as pl
+
+    (m, k), n = x.shape, w.shape[1]
+    bm, bn, bk = min(config[0], m), min(config[1], n), min(config[2], k)
+    grid = (m // bm, n // bn)
+
+    def kernel(x_ref, w_ref, p_ref, o_ref, *sums):
+        def body(i, acc):
+            cols = pl.ds(i * bk, bk)
+            a = x_ref[:, cols]
+            if fused:
+                a = _normalized(a, _rows(p_ref, cols))[1].astype(BF16)
+            return acc + _dot(a, w_ref[cols, :], (1, 0))
+
+        acc = jax.lax.fori_loop(0, k // bk, body, jnp.zeros((bm, bn), F32))
+        o = acc.astype(BF16)
+        o_ref[...] = o
+        if fused:
+            of = o.astype(F32)
+            sums[0][...] = of.sum(0)
+            sums[1][...] = (of * of).sum(0)
+
+    out_shape = [jax.ShapeDtypeStruct((m, n), BF16)]
+    out_specs = [pl.BlockSpec((bm, bn), lambda i, j: (i, j))]
+    if fused:
+        out_shape += [jax.ShapeDtypeStruct((grid[0] * n,), F32)] * 2
+        out_specs += [pl.BlockSpec((bn,), lambda i, j: (i * grid[1] + j,))] * 2
+    outs = _call(kernel, grid=grid, out_shape=out_shape, out_specs=out_specs, config=config,
+                 in_specs=[pl.BlockSpec((bm, k), lambda i, j: (i, 0)),
+                           pl.BlockSpec((k, bn), lambda i, j: (0, j)),
+                           pl.BlockSpec((4, k), lambda i, j: (0, 0))],
+                 interpret=interpret, name="fused_forward" if fused else "product")(x, w, p)
+    return (outs[0], _part_sums(outs[1:], grid[0], n)) if fused else outs[0]
 
 
 def _input_gradient_kernel(do, w, x, p, config, interpret):

@@ -12,7 +12,7 @@ own compiled block on resident data (``_tree``: parameters per leaf, not one vec
 every local device whose gradient all-reduce is one pmean per leaf or one of the
 flattened gradient (the next lever for 2 GPUs, benchmarks/NOTES.md). Env: SIZE (224), MODEL (resnet50 or cifar_net:DEPTH[:CHANNEL_MULTIPLE]), BATCH (128 per
 device), NSTEPS (20 per timing), SAVE_TRACE (variants whose perfetto trace to keep),
-OUT (folder for step_profile.json/.txt), FUSED_1X1 (1: ResNet's ``fused_1x1=True``).
+OUT (folder for step_profile.json/.txt).
 """
 import json
 import os
@@ -79,8 +79,6 @@ def build_model(dtype=None, stem=None):
          if name == "cifar_net" else getattr(jf.models, name)(5))
     if stem is not None:
         m = m.clone(stem=stem)
-    if os.environ.get("FUSED_1X1") == "1":
-        m = m.clone(fused_1x1=True)
     return m.clone(dtype=dtype) if dtype is not None else m
 
 def timeit(call, n=N, reps=3):

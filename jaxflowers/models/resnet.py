@@ -7,7 +7,6 @@ from typing import Any, Callable, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
-from jaxflowers.models import fused_1x1 as fused
 from jaxflowers.models.layers import Conv, Dense
 from jaxflowers.models.maxpool import max_pool
 from jaxflowers.models.norm import BatchNorm
@@ -47,56 +46,27 @@ class BasicBlock(nn.Module):
 
 
 class BottleneckBlock(nn.Module):
-    """1x1 reduce, 3x3 (strided, v1.5), 1x1 expand x4, with a projection where shapes change.
-
-    ``fused_1x1`` (training only): each 1x1 convolution takes its output's batch-norm sums as
-    it stores it, and the expanding one applies the batch norm before it as it loads its
-    input (``models.fused_1x1``); same variables, same names. ``norm`` is then a
-    ``functools.partial`` of ``BatchNorm``, whose arguments the fused norm takes too.
-    """
+    """1x1 reduce, 3x3 (strided, v1.5), 1x1 expand x4, with a projection where shapes change."""
 
     filters: int
     conv: ModuleDef
     norm: ModuleDef
     strides: tuple[int, int] = (1, 1)
     padding: Any = "SAME"  # of the 3x3 convolution (see ResNet.conv_padding)
-    fused_1x1: bool = False
     expansion = 4
 
     @nn.compact
     def __call__(self, x):
         residual = x
-        last_norm = functools.partial(self.norm, scale_init=nn.initializers.zeros)  # see Basic
-        if self.fused_1x1:
-            y = self._reduce(x)
-        else:
-            y = self.norm(relu=True)(self.conv(self.filters, (1, 1))(x))
-        y = self.conv(self.filters, (3, 3), self.strides, padding=self.padding,
-                      name="Conv_1" if self.fused_1x1 else None)(y)
-        if self.fused_1x1:
-            kernel = fused.Kernel1x1(self.filters * 4, _he_normal, name="Conv_2")(self.filters)
-            norm_relu_1x1 = functools.partial(fused.BatchNormReLU1x1, *self.norm.args,
-                                              **self.norm.keywords)
-            y, sums = norm_relu_1x1(name="BatchNorm_1")(y, kernel)
-            y = last_norm(name="BatchNorm_2")(y, sums=sums)
-        else:
-            y = self.norm(relu=True)(y)
-            y = last_norm()(self.conv(self.filters * 4, (1, 1))(y))
+        y = self.norm(relu=True)(self.conv(self.filters, (1, 1))(x))
+        y = self.norm(relu=True)(self.conv(self.filters, (3, 3), self.strides,
+                                           padding=self.padding)(y))
+        y = self.conv(self.filters * 4, (1, 1))(y)
+        y = self.norm(scale_init=nn.initializers.zeros)(y)  # see BasicBlock
         if residual.shape != y.shape:
             residual = self.conv(self.filters * 4, (1, 1), self.strides, name="proj_conv")(residual)
             residual = self.norm(name="proj_norm")(residual)
         return nn.relu(residual + y)
-
-    def _reduce(self, x):
-        """The first 1x1 convolution and its batch norm, the norm's sums taken by the product
-        where ``fused_1x1.fits``."""
-        rows = x.size // x.shape[-1]
-        if not fused.fits(rows, x.shape[-1], self.filters):
-            return self.norm(relu=True, name="BatchNorm_0")(
-                self.conv(self.filters, (1, 1), name="Conv_0")(x))
-        kernel = fused.Kernel1x1(self.filters, _he_normal, name="Conv_0")(x.shape[-1])
-        y, sums = fused.with_sums(x, kernel)
-        return self.norm(relu=True, name="BatchNorm_0")(y, sums=sums)
 
 
 class ResNet(nn.Module):
@@ -111,9 +81,6 @@ class ResNet(nn.Module):
       conv_padding: 3x3 convolutions' padding: "same" (XLA's: a stride-2 one pads an even
         input at the end only) or "symmetric" (every side, as torchvision and timm, whose
         weights expect it; ``models.pretrained``).
-      fused_1x1: in training, bottleneck blocks fold batch norm into their 1x1 convolutions'
-        loads and stores (Pallas kernels: GPUs; elsewhere interpreted, slow). Same variables
-        and results up to rounding; see ``BottleneckBlock``.
     """
 
     stage_sizes: Sequence[int]
@@ -124,7 +91,6 @@ class ResNet(nn.Module):
     bn_axis_name: str | None = None
     stem: str = "space_to_depth"
     conv_padding: str = "same"
-    fused_1x1: bool = False
 
     @nn.compact
     def __call__(self, x, train: bool = True):
@@ -145,15 +111,11 @@ class ResNet(nn.Module):
             raise ValueError(f"conv_padding={self.conv_padding!r}: expected one of "
                              f"{', '.join(PADDINGS)}")
         x = max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)), train=train)
-        if self.fused_1x1 and self.block_cls is not BottleneckBlock:
-            raise ValueError("fused_1x1=True needs bottleneck blocks (ResNet-50 and deeper)")
-        fusing = self.fused_1x1 and train
         for stage, num_blocks in enumerate(self.stage_sizes):
             for block in range(num_blocks):
                 strides = (2, 2) if stage > 0 and block == 0 else (1, 1)
                 x = self.block_cls(self.num_filters * 2**stage, conv=conv, norm=norm,
-                                   strides=strides, padding=PADDINGS[self.conv_padding],
-                                   **({"fused_1x1": True} if fusing else {}))(x)
+                                   strides=strides, padding=PADDINGS[self.conv_padding])(x)
         x = jnp.mean(x, axis=(1, 2))
         x = Dense(self.num_classes, dtype=self.dtype, name="head")(x)
         return x.astype(jnp.float32)
