@@ -208,6 +208,7 @@ def test_flat_parameters_train_like_the_tree_on_4_devices(solver, strategy):
     ((2, 8, 8, 3), (2, 2), (2, 2), ((0, 0), (0, 0))),  # cifar_net's pools
     ((1, 7, 6, 2), (3, 2), (1, 1), ((1, 1), (0, 1))),  # stride 1: one phase, shifts only
     ((1, 11, 9, 2), (2, 3), (3, 2), ((0, 2), (1, 0))),  # stride above the window: empty phases
+    ((1, 14, 13, 2), (12, 12), (1, 1), ((0, 0), (0, 0))),  # offsets beyond a byte's 127
 ])
 def test_max_pool_values_and_gradients_equal_flax_also_with_ties(dtype, shape, window, strides,
                                                                   padding):

@@ -1,7 +1,8 @@
 """Max pooling whose backward pass is a gather, not XLA's select-and-scatter (a slow kernel).
 
-The backward finds each window's first maximum (row-major, as select-and-scatter does) and sums
-into each input the gradients of the windows that chose it. Equal to ``flax.linen.max_pool``.
+The forward records the offset of each window's first maximum (row-major, as
+select-and-scatter chooses), in a byte; the backward sums into each input the gradients of the
+windows that chose it. Equal to ``flax.linen.max_pool``.
 """
 from __future__ import annotations
 
@@ -53,23 +54,37 @@ def _max_pool(x, window, strides, padding):
 
 def _pool(x, window, strides, padding):
     y = _max_pool(x, window, strides, padding)
-    return y, (x, y)
+    # x's height, width and dtype ride on an empty array: residuals are arrays.
+    return y, (_first_maximum(x, y, window, strides, padding),
+               jnp.zeros((0, *x.shape[1:3], 0), x.dtype))
 
 
-def _backward(window, strides, padding, residuals, dy):
-    x, y = residuals
+def _first_maximum(x, y, window, strides, padding):
+    """Offset (row-major in the window) of each window's first maximum, ``kh * kw`` for none
+    (NaN): what the backward needs of the forward, one byte per output for windows of up to
+    127 elements, so the backward neither keeps ``x`` nor recomputes this per input."""
     (kh, kw), (sh, sw) = window, strides
     xp = jnp.pad(x, ((0, 0), *padding, (0, 0)), constant_values=-jnp.inf)
-    n, hp, wp, c = xp.shape
+    n, _, _, c = xp.shape
     ho, wo = y.shape[1:3]
     span_h, span_w = sh * (ho - 1) + 1, sw * (wo - 1) + 1
-    # Offset (row-major in the window) of each window's first maximum; kh*kw: none (NaN).
-    first = jnp.full(y.shape, kh * kw, jnp.int32)
+    dtype = jnp.int8 if kh * kw <= 127 else jnp.int32
+    first = jnp.full(y.shape, kh * kw, dtype)
     for k in reversed(range(kh * kw)):
         di, dj = divmod(k, kw)
         candidate = lax.slice(xp, (0, di, dj, 0), (n, di + span_h, dj + span_w, c),
                               (1, sh, sw, 1))
-        first = jnp.where(candidate == y, k, first)
+        first = jnp.where(candidate == y, jnp.asarray(k, dtype), first)
+    return first
+
+
+def _backward(window, strides, padding, residuals, dy):
+    first, like = residuals
+    shape, dtype = like.shape, like.dtype
+    (kh, kw), (sh, sw) = window, strides
+    n, ho, wo, c = dy.shape
+    (top, bottom), (left, right) = padding
+    hp, wp = shape[1] + top + bottom, shape[2] + left + right
     # Each input position i = s*q + p (phase p = i mod s) is in the windows o = q - m whose
     # offset d = p + s*m is < k: per phase, a sum of a few shifted output-sized arrays, then
     # the phases interleaved (not k*k full-size, interior-padded copies: a far larger kernel).
@@ -89,9 +104,8 @@ def _backward(window, strides, padding, residuals, dy):
             cols.append(total)
         rows.append(jnp.stack(cols, axis=3))  # (n, qh, qw, sw, c)
     dxp = jnp.stack(rows, axis=2).reshape(n, qh * sh, qw * sw, c)
-    (top, _), (left, _) = padding
-    dx = dxp[:, top:top + x.shape[1], left:left + x.shape[2], :]
-    return (dx.astype(x.dtype),)
+    dx = dxp[:, top:top + shape[1], left:left + shape[2], :]
+    return (dx.astype(dtype),)
 
 
 _max_pool.defvjp(_pool, _backward)
