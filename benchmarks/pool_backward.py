@@ -1,5 +1,5 @@
 """The stem's max pool (ResNet-50: 3x3, stride 2, over 128 x 112 x 112 x 64 bfloat16), its
-forward and backward timed alone, the package's way against others; every way's gradient is
+forward and backward timed alone, the package's way against another; each way's gradient is
 first checked bit for bit against the package's.
 
     python benchmarks/pool_backward.py [--batch 128] [--reps 4] [--rounds 2] [--out F.json]
