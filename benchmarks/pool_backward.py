@@ -39,30 +39,21 @@ F32 = jnp.float32
 
 
 def _masked_backward(window, strides, padding, residuals, dy):
-    """The input's gradient as a sum over window offsets k of ``where(first == k, dy, 0)``,
-    each shifted to its place in its phase's grid and broadcast over the (row, column)
-    phases under a constant one-hot mask of its own, in the package's order of addition."""
+    """The input's gradient as a sum over window offsets k of the package's shifted term,
+    broadcast over the (row, column) phases under a constant one-hot mask of its phase, in
+    the package's order of addition."""
     first, like = residuals
     (kh, kw), (sh, sw) = window, strides
-    (top, bottom), (left, right) = padding
-    n, ho, wo, c = dy.shape
-    qh = -(-(like.shape[1] + top + bottom) // sh)
-    qw = -(-(like.shape[2] + left + right) // sw)
-    dy = dy.astype(F32)
-    shape = (n, qh, sh, qw, sw, c)
+    grid = maxpool._phase_grid(like, strides, padding)
+    shape = (dy.shape[0], grid[0], sh, grid[1], sw, dy.shape[3])
     total = jnp.zeros(shape, F32)
     for k in range(kh * kw):
-        di, dj = divmod(k, kw)
-        (mh, ph), (mw, pw) = divmod(di, sh), divmod(dj, sw)
-        term = lax.pad(jnp.where(first == k, dy, 0.0), F32(0),
-                       ((0, 0, 0), (mh, qh - ho - mh, 0), (mw, qw - wo - mw, 0), (0, 0, 0)))
         mask = np.zeros((sh, sw), bool)
-        mask[ph, pw] = True
-        spread = lax.broadcast_in_dim(term, shape, (0, 1, 3, 5))
+        mask[k // kw % sh, k % kw % sw] = True
+        spread = lax.broadcast_in_dim(maxpool._chosen_term(first, dy, k, window, strides, grid),
+                                      shape, (0, 1, 3, 5))
         total = total + jnp.where(lax.broadcast_in_dim(mask, shape, (2, 4)), spread, 0.0)
-    dx = total.reshape(n, qh * sh, qw * sw, c)[:, top:top + like.shape[1],
-                                                 left:left + like.shape[2]]
-    return (dx.astype(like.dtype),)
+    return (maxpool._unpadded(total, like, padding),)
 
 
 def _way(forward, backward):

@@ -78,34 +78,50 @@ def _first_maximum(x, y, window, strides, padding):
     return first
 
 
-def _backward(window, strides, padding, residuals, dy):
-    first, like = residuals
-    shape, dtype = like.shape, like.dtype
-    (kh, kw), (sh, sw) = window, strides
-    n, ho, wo, c = dy.shape
+def _phase_grid(like, strides, padding) -> tuple[int, int]:
+    """Rows and columns of each stride phase's grid over the padded input (``like`` has the
+    input's shape)."""
     (top, bottom), (left, right) = padding
-    hp, wp = shape[1] + top + bottom, shape[2] + left + right
-    # Each input position i = s*q + p (phase p = i mod s) is in the windows o = q - m whose
-    # offset d = p + s*m is < k: per phase, a sum of a few shifted output-sized arrays, then
-    # the phases interleaved (not k*k full-size, interior-padded copies: a far larger kernel).
-    qh, qw = -(-hp // sh), -(-wp // sw)
-    dy = dy.astype(jnp.float32)
-    chosen = [jnp.where(first == k, dy, 0.0) for k in range(kh * kw)]
+    return (-(-(like.shape[1] + top + bottom) // strides[0]),
+            -(-(like.shape[2] + left + right) // strides[1]))
+
+
+def _chosen_term(first, dy, k, window, strides, grid):
+    """The float32 gradient of the windows whose first maximum is at offset ``k``, placed in
+    its phase's ``grid``: input position i = s*q + p (phase p = i mod s) is in the windows
+    o = q - m whose offset d = p + s*m is < k."""
+    mh, mw = k // window[1] // strides[0], k % window[1] // strides[1]
+    (ho, wo), (qh, qw) = dy.shape[1:3], grid
+    return lax.pad(jnp.where(first == k, dy.astype(jnp.float32), 0.0), jnp.float32(0),
+                   ((0, 0, 0), (mh, qh - ho - mh, 0), (mw, qw - wo - mw, 0), (0, 0, 0)))
+
+
+def _unpadded(phases, like, padding):
+    """The input's gradient from the interleaved phases (n, qh, sh, qw, sw, c)."""
+    n, qh, sh, qw, sw, c = phases.shape
+    (top, _), (left, _) = padding
+    dx = phases.reshape(n, qh * sh, qw * sw, c)[:, top:top + like.shape[1],
+                                                left:left + like.shape[2], :]
+    return dx.astype(like.dtype)
+
+
+def _backward(window, strides, padding, residuals, dy):
+    # Per phase, a sum of a few shifted output-sized arrays, then the phases interleaved (not
+    # k*k full-size, interior-padded copies: a far larger kernel).
+    first, like = residuals
+    (kh, kw), (sh, sw) = window, strides
+    grid = _phase_grid(like, strides, padding)
     rows = []
     for ph in range(sh):
         cols = []
         for pw in range(sw):
-            total = jnp.zeros((n, qh, qw, c), jnp.float32)
-            for mh, di in enumerate(range(ph, kh, sh)):
-                for mw, dj in enumerate(range(pw, kw, sw)):
-                    total = total + lax.pad(chosen[di * kw + dj], jnp.float32(0),
-                                            ((0, 0, 0), (mh, qh - ho - mh, 0),
-                                             (mw, qw - wo - mw, 0), (0, 0, 0)))
+            total = jnp.zeros((dy.shape[0], *grid, dy.shape[3]), jnp.float32)
+            for di in range(ph, kh, sh):
+                for dj in range(pw, kw, sw):
+                    total = total + _chosen_term(first, dy, di * kw + dj, window, strides, grid)
             cols.append(total)
         rows.append(jnp.stack(cols, axis=3))  # (n, qh, qw, sw, c)
-    dxp = jnp.stack(rows, axis=2).reshape(n, qh * sh, qw * sw, c)
-    dx = dxp[:, top:top + shape[1], left:left + shape[2], :]
-    return (dx.astype(dtype),)
+    return (_unpadded(jnp.stack(rows, axis=2), like, padding),)
 
 
 _max_pool.defvjp(_pool, _backward)
