@@ -209,3 +209,44 @@ def test_fused_gemm_weights_each_shape_by_its_stages_blocks(tmp_path, capsys):
     assert "saved -0.13 all fused, 0.19 the faster of each" in capsys.readouterr().out
     with pytest.raises(ValueError, match="backward: a way has no time"):
         script.step_estimate([r for r in rows if r["way"] != "pallas-backward"])
+
+
+def test_fusion_bandwidth_counts_each_kernels_operands_and_results(tmp_path):
+    import gzip
+    script = _script("fusion_bandwidth")
+    hlo = """HloModule m
+
+%fused_add (p0: f32[1000], p1: f32[1000]) -> f32[1000] {
+  %p0 = f32[1000]{0} parameter(0)
+  ROOT %add = f32[1000]{0} add(%p0, %p0)
+}
+
+ENTRY %main (a: f32[1000], b: bf16[10,50]) -> f32[1000] {
+  %a = f32[1000]{0} parameter(0)
+  %b = bf16[10,50]{1,0} parameter(1)
+  %conv = (bf16[10,50]{1,0}, u8[0]{0}) custom-call(%b), custom_call_target="x"
+  %loop_add_fusion.2 = f32[1000]{0} fusion(%a, %conv#0), kind=kLoop, calls=%fused_add, \
+metadata={op_name="jit(f)/add"}
+  ROOT %r = f32[1000]{0} copy(%loop_add_fusion.2)
+}
+"""
+    assert script.instruction_bytes(hlo)["loop_add_fusion.2"] == {
+        "read": 4000 + 1000, "written": 4000, "op_name": "jit(f)/add"}
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
+              {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:CPU"}}]
+    for step in range(2):  # two steps: the fusion once (9 us), a library kernel twice
+        events += [{"ph": "X", "pid": 1, "tid": 1, "name": "loop_add_fusion_2", "ts": step,
+                    "dur": 9.0},
+                   {"ph": "X", "pid": 1, "tid": 1, "name": "sm90_gemm", "ts": step, "dur": 3.0},
+                   {"ph": "X", "pid": 1, "tid": 1, "name": "sm90_gemm", "ts": step, "dur": 3.0},
+                   {"ph": "X", "pid": 2, "tid": 1, "name": "python", "ts": step, "dur": 99.0}]
+    trace = tmp_path / "t.json.gz"
+    with gzip.open(trace, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    rows = {r["kernel"]: r for r in script.table(hlo, str(trace), steps=2)}
+    assert set(rows) == {"loop_add_fusion_2", "sm90_gemm"}
+    fusion = rows["loop_add_fusion_2"]
+    assert (fusion["ms"], fusion["calls"], fusion["bytes"]) == (0.009, 1.0, 9000)
+    assert abs(fusion["tb_per_s"] - 9000 / 1e9 / 0.009) < 1e-12  # 9 kB in 9 us
+    assert (rows["sm90_gemm"]["ms"], rows["sm90_gemm"]["calls"], rows["sm90_gemm"]["bytes"]) \
+        == (0.006, 2.0, 0)
