@@ -1,20 +1,22 @@
 """The stem's max pool (ResNet-50: 3x3, stride 2, over 128 x 112 x 112 x 64 bfloat16), its
-forward and backward timed alone, the package's way against another; each way's gradient is
-first checked bit for bit against the package's.
+forward and backward timed alone, three ways of its backward; each way's gradient is
+first checked bit for bit against the XLA phases'.
 
     python benchmarks/pool_backward.py [--batch 128] [--reps 4] [--rounds 2] [--out F.json]
     python benchmarks/pool_backward.py --check-only --batch 2    # on a CPU: the check alone
 
-Ways:
+Ways (each with the package's forward, which records each window's first-maximum offset in a
+byte):
 
-- ``package``: ``jaxflowers.models.maxpool``: the forward records each window's first-maximum
-  offset in a byte; the backward sums each phase's shifted terms and concatenates the phases.
-- ``masked``: the package's offsets; the backward adds every offset's term, broadcast into the
-  interleaved layout under a constant mask of its phase, so XLA's fusion holds no
-  concatenation.
+- ``phases``: ``maxpool.phase_backward``, the package's backward on CPUs: each phase's
+  shifted terms summed in XLA, the phases concatenated.
+- ``kernel``: ``maxpool.kernel_backward``, the package's backward on GPUs for this pool: one
+  Pallas (Triton) kernel writing the four phases of a window row.
+- ``masked``: every offset's term added in XLA, broadcast into the interleaved layout under a
+  constant mask of its phase, so XLA's fusion holds no concatenation.
 
-On an H100 the package's backward fusion took 0.47 ms in the step, against about 0.09 ms
-for its traffic at the memory's rate (``benchmarks/NOTES.md``). Alone, XLA compiles the
+On an H100 the phases' fusion took 0.47 ms in the step, against about 0.09 ms for its
+traffic at the memory's rate (``benchmarks/NOTES.md``). Alone, XLA compiles the
 forward and backward together, so these figures rank the ways; the step's own come from
 ``python -m jaxflowers.bench``.
 """
@@ -39,9 +41,9 @@ F32 = jnp.float32
 
 
 def _masked_backward(window, strides, padding, residuals, dy):
-    """The input's gradient as a sum over window offsets k of the package's shifted term,
+    """The input's gradient as a sum over window offsets k of the phases' shifted term,
     broadcast over the (row, column) phases under a constant one-hot mask of its phase, in
-    the package's order of addition."""
+    the phases' order of addition."""
     first, like = residuals
     (kh, kw), (sh, sw) = window, strides
     grid = maxpool._phase_grid(like, strides, padding)
@@ -63,35 +65,46 @@ def _way(forward, backward):
     return lambda x: pool(x, WINDOW, STRIDES, PADDING)
 
 
+def _phases(window, strides, padding, residuals, dy):
+    return (maxpool.phase_backward(window, strides, padding, *residuals, dy),)
+
+
+def _kernel(window, strides, padding, residuals, dy):
+    return (maxpool.kernel_backward(residuals[0], dy, residuals[1].dtype),)
+
+
 WAYS = {
-    "package": lambda x: maxpool.max_pool(x, WINDOW, STRIDES, PADDING),
+    "phases": _way(maxpool._pool, _phases),
+    "kernel": _way(maxpool._pool, _kernel),
     "masked": _way(maxpool._pool, _masked_backward),
 }
 
 
 def inputs(batch, reps, seed=0):
     """``reps`` ReLU-like bfloat16 inputs (many zeros: windows with tied maxima) and one
-    weighting of the output."""
+    bfloat16 gradient of the output."""
     keys = jax.random.split(jax.random.PRNGKey(seed), reps + 1)
     xs = [jnp.maximum(jnp.round(2 * jax.random.normal(k, (batch, 112, 112, 64))), 0)
           .astype(jnp.bfloat16) for k in keys[:-1]]
-    weights = jax.random.normal(keys[-1], (batch, 56, 56, 64))
+    weights = jax.random.normal(keys[-1], (batch, 56, 56, 64)).astype(jnp.bfloat16)
     return xs, weights
 
 
 def _gradients(pool, xs, weights):
-    return [jax.grad(lambda x: jnp.sum(pool(x).astype(F32) * weights))(x) for x in xs]
+    # The output's gradient enters in bfloat16, as in a network: from a float32 loss, XLA
+    # would skip the rounding to bfloat16 where it fuses the conversion into the backward.
+    return [jax.vjp(pool, x)[1](weights)[0] for x in xs]
 
 
 def check(batch):
-    """Per way: whether its gradient equals the package's bit for bit (and its value)."""
+    """Per way: whether its gradient (and value) equals the phases' bit for bit."""
     xs, weights = inputs(batch, 1, seed=1)
-    expected = jax.jit(functools.partial(_gradients, WAYS["package"]))(xs, weights)[0]
+    expected = jax.jit(functools.partial(_gradients, WAYS["phases"]))(xs, weights)[0]
     found = {}
     for name, pool in WAYS.items():
         got = jax.jit(functools.partial(_gradients, pool))(xs, weights)[0]
         found[name] = bool(jnp.array_equal(got, expected)) and bool(
-            jnp.array_equal(pool(xs[0]), WAYS["package"](xs[0])))
+            jnp.array_equal(pool(xs[0]), WAYS["phases"](xs[0])))
     return found
 
 
@@ -104,7 +117,7 @@ def main(argv=None):
     parser.add_argument("--out", default="pool_backward.json")
     args = parser.parse_args(argv)
     result = {"check": check(args.batch), "rows": []}
-    print("equal to the package's, bit for bit:", result["check"], flush=True)
+    print("equal to the phases', bit for bit:", result["check"], flush=True)
     if not args.check_only:
         xs, weights = inputs(args.batch, args.reps)
         for round_ in range(args.rounds):

@@ -227,6 +227,39 @@ def test_max_pool_values_and_gradients_equal_flax_also_with_ties(dtype, shape, w
     assert float(jnp.sum(ref)) > 0
 
 
+@pytest.mark.parametrize("dtype,shape,fits", [
+    (jnp.float32, (2, 8, 8, 16), True),
+    (jnp.bfloat16, (2, 12, 10, 8), True),  # width not a power of two: masked columns
+    (jnp.bfloat16, (1, 6, 14, 4), True),
+    (jnp.bfloat16, (1, 7, 8, 4), False),  # odd height: the XLA phases instead
+    (jnp.bfloat16, (1, 8, 8, 6), False),  # channels not a power of two
+])
+def test_stem_pool_kernel_equals_the_xla_backward_on_gpus(monkeypatch, dtype, shape, fits):
+    from jaxflowers.models import maxpool
+
+    used = []
+    kernel = maxpool.kernel_backward
+    monkeypatch.setattr(maxpool, "_on_gpu", lambda: True)  # the kernel in Pallas's interpreter
+    monkeypatch.setattr(maxpool, "kernel_backward",
+                        lambda *a, **k: used.append(1) or kernel(*a, **k))
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(np.maximum(rng.integers(-3, 4, shape), 0), dtype)  # many ties
+    args = ((3, 3), (2, 2), ((1, 1), (1, 1)))
+    weights = jnp.asarray(rng.normal(size=nn.max_pool(x, *args).shape), jnp.float32)
+
+    def grad(pool):
+        return jax.grad(lambda x: jnp.sum(pool(x, *args).astype(jnp.float32) * weights))(x)
+
+    ours = grad(max_pool)
+    assert used == ([1] if fits else [])
+    monkeypatch.setattr(maxpool, "_on_gpu", lambda: False)
+    # bit for bit, the order of each sum included (random weights), so also equal to flax
+    # (the test above)
+    np.testing.assert_array_equal(np.asarray(ours, np.float32),
+                                  np.asarray(grad(max_pool), np.float32))
+    assert float(jnp.sum(ours != 0)) > 0
+
+
 @pytest.mark.parametrize("size", [(16, 16), (15, 18), (224, 224)])
 def test_space_to_depth_stem_equals_the_7x7_stride_2_convolution(size):
     x = jax.random.normal(jax.random.PRNGKey(1), (2, *size, 3))

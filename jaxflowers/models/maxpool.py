@@ -2,7 +2,9 @@
 
 The forward records the offset of each window's first maximum (row-major, as
 select-and-scatter chooses), in a byte; the backward sums into each input the gradients of the
-windows that chose it. Equal to ``flax.linen.max_pool``.
+windows that chose it: in XLA, or on GPUs for ResNet's stem pool in a Pallas kernel, which
+reads and writes at the memory's rate where XLA's fusion does not. Equal to
+``flax.linen.max_pool``.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["max_pool"]
+__all__ = ["kernel_backward", "kernel_fits", "max_pool", "phase_backward"]
 
 
 def max_pool(x, window: tuple[int, int], strides: tuple[int, int] | None = None,
@@ -105,10 +107,21 @@ def _unpadded(phases, like, padding):
     return dx.astype(like.dtype)
 
 
+def _on_gpu() -> bool:
+    return jax.default_backend() == "gpu"
+
+
 def _backward(window, strides, padding, residuals, dy):
-    # Per phase, a sum of a few shifted output-sized arrays, then the phases interleaved (not
-    # k*k full-size, interior-padded copies: a far larger kernel).
     first, like = residuals
+    if _on_gpu() and kernel_fits(window, strides, padding, like, dy):
+        return (kernel_backward(first, dy, like.dtype),)
+    return (phase_backward(window, strides, padding, first, like, dy),)
+
+
+def phase_backward(window, strides, padding, first, like, dy):
+    """The input gradient in XLA: per stride phase, a sum of a few shifted output-sized
+    arrays, then the phases interleaved (not k*k full-size, interior-padded copies: a far
+    larger kernel)."""
     (kh, kw), (sh, sw) = window, strides
     grid = _phase_grid(like, strides, padding)
     rows = []
@@ -121,7 +134,82 @@ def _backward(window, strides, padding, residuals, dy):
                     total = total + _chosen_term(first, dy, di * kw + dj, window, strides, grid)
             cols.append(total)
         rows.append(jnp.stack(cols, axis=3))  # (n, qh, qw, sw, c)
-    return (_unpadded(jnp.stack(rows, axis=2), like, padding),)
+    return _unpadded(jnp.stack(rows, axis=2), like, padding)
 
 
 _max_pool.defvjp(_pool, _backward)
+
+
+def kernel_fits(window, strides, padding, like, dy) -> bool:
+    """Whether ``kernel_backward`` takes this pool: ResNet's stem pool (3x3, stride 2, one
+    row and column of padding) over an even height and width and a power-of-two channel
+    count."""
+    (h, w), (ho, wo, c) = like.shape[1:3], dy.shape[1:]
+    return (tuple(window) == (3, 3) and tuple(strides) == (2, 2)
+            and tuple(map(tuple, padding)) == ((1, 1), (1, 1)) and (h, w) == (2 * ho, 2 * wo)
+            and c > 0 and c & (c - 1) == 0)
+
+
+def kernel_backward(first, dy, dtype, *, interpret: bool | None = None):
+    """The input gradient of a 3x3, stride-2 pool with one row and column of padding, as one
+    Pallas (Triton) kernel: XLA's loop fusion for the same sums loads one element at a time
+    (the padding's bounds checks) and reaches a fifth of the memory's rate.
+
+    Input row 2q takes window row q (its offset row 1); row 2q+1 takes row q+1 (offset row 0)
+    and row q (offset row 2); columns alike. Each program writes the four (row, column)
+    phases of one window row, adding the terms in ``phase_backward``'s order, so the result
+    is bit-equal to it.
+
+    Args:
+      first: (N, Ho, Wo, C) first-maximum offsets from the forward.
+      dy: (N, Ho, Wo, C) gradient of the pool's output.
+      dtype: the input's dtype.
+      interpret: run in Pallas's interpreter; None: unless the backend is a GPU.
+
+    Returns:
+      (N, 2 Ho, 2 Wo, C) input gradient.
+    """
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as plgpu
+
+    n, ho, wo, c = dy.shape
+    width = pl.next_power_of_2(wo)
+    f32 = jnp.float32
+
+    def kernel(first_ref, dy_ref, dx_ref):
+        b, q = pl.program_id(0), pl.program_id(1)
+        cols = jnp.arange(width)[:, None]
+        below = jnp.minimum(q + 1, ho - 1)
+        # Column blocks starting at window column 0 and 1, masked past Wo; their starts are
+        # traced, as Pallas refuses a static slice that runs past the array.
+        start = q * 0
+        blocks = {shift: (pl.ds(start + shift, width), cols + shift < wo) for shift in (0, 1)}
+        tiles = {}  # (window row q or q+1, column shift): (offsets, gradient); masked: none
+        for down, row, valid in ((0, q, True), (1, below, q + 1 < ho)):
+            for shift, (index, inside) in blocks.items():
+                mask = inside & valid
+                tiles[down, shift] = (
+                    plgpu.load(first_ref.at[b, row, index, :], mask=mask, other=-1),
+                    plgpu.load(dy_ref.at[b, row, index, :], mask=mask, other=0).astype(f32))
+
+        def term(down, shift, k):
+            chosen, values = tiles[down, shift]
+            return jnp.where(chosen == k, values, 0.0)
+
+        zero = jnp.zeros((width, c), f32)
+        phases = (
+            (0, 0, zero + term(0, 0, 4)),
+            (0, 1, zero + term(0, 1, 3) + term(0, 0, 5)),
+            (1, 0, zero + term(1, 0, 1) + term(0, 0, 7)),
+            (1, 1, zero + term(1, 1, 0) + term(1, 0, 2) + term(0, 1, 6) + term(0, 0, 8)))
+        for row_phase, col_phase, total in phases:
+            index, inside = blocks[0]
+            plgpu.store(dx_ref.at[b, q, jnp.int32(row_phase), index, pl.ds(col_phase * c, c)],
+                        total.astype(dtype), mask=inside)
+
+    dx = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((n, ho, 2, wo, 2 * c), dtype), grid=(n, ho),
+        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
+        interpret=jax.default_backend() != "gpu" if interpret is None else interpret,
+        name="max_pool_backward")(first, dy)
+    return dx.reshape(n, 2 * ho, 2 * wo, c)
