@@ -4,6 +4,7 @@ first checked bit for bit against the XLA phases'.
 
     python benchmarks/pool_backward.py [--batch 128] [--reps 4] [--rounds 2] [--out F.json]
     python benchmarks/pool_backward.py --check-only --batch 2    # on a CPU: the check alone
+    JAX_PLATFORMS=cpu python benchmarks/pool_backward.py --ptx h100   # jax[cuda12], no GPU
 
 Ways (each with the package's forward, which records each window's first-maximum offset in a
 byte):
@@ -15,16 +16,22 @@ byte):
 - ``masked``: every offset's term added in XLA, broadcast into the interleaved layout under a
   constant mask of its phase, so XLA's fusion holds no concatenation.
 
-On an H100 the phases' fusion took 0.47 ms in the step, against about 0.09 ms for its
-traffic at the memory's rate (``benchmarks/NOTES.md``). Alone, XLA compiles the
-forward and backward together, so these figures rank the ways; the step's own come from
-``python -m jaxflowers.bench``.
+``--ptx GPU`` compiles each way for the named GPU on a machine without one (XLA's compile-only
+CUDA devices) and counts its kernels' global loads and stores by width: whether they move a
+vector (``v4``) or one element at a time. On an H100 the phases' fusion took 0.47 ms in the
+step, against about 0.09 ms for its traffic at the memory's rate (``benchmarks/NOTES.md``).
+Alone, XLA compiles the forward and backward together, so these figures rank the ways; the
+step's own come from ``python -m jaxflowers.bench``.
 """
 import argparse
+import collections
 import functools
+import glob
 import json
 import os
+import re
 import sys
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -69,8 +76,12 @@ def _phases(window, strides, padding, residuals, dy):
     return (maxpool.phase_backward(window, strides, padding, *residuals, dy),)
 
 
+_INTERPRET = [None]  # the kernel's interpret argument: False where compiling for a GPU here
+
+
 def _kernel(window, strides, padding, residuals, dy):
-    return (maxpool.kernel_backward(residuals[0], dy, residuals[1].dtype),)
+    return (maxpool.kernel_backward(residuals[0], dy, residuals[1].dtype,
+                                    interpret=_INTERPRET[0]),)
 
 
 WAYS = {
@@ -108,14 +119,53 @@ def check(batch):
     return found
 
 
+def ptx_accesses(gpu: str, batch: int) -> dict:
+    """Per way, compiled for ``gpu`` ("h100", "h200") without one: each kernel's global
+    loads and stores in its PTX, counted by instruction (e.g. ``ld.global.v4.b32``)."""
+    import gpu_kernels
+    from jax.experimental import topologies
+
+    _INTERPRET[0] = False
+    target = gpu_kernels._TARGET.format(**gpu_kernels.GPUS[gpu])
+    device = topologies.get_topology_desc(platform="cuda", target_config=target,
+                                          topology="1x1x1").devices[0]
+    place = jax.sharding.SingleDeviceSharding(device)
+    x = jax.ShapeDtypeStruct((batch, 112, 112, 64), jnp.bfloat16, sharding=place)
+    dy = jax.ShapeDtypeStruct((batch, 56, 56, 64), jnp.bfloat16, sharding=place)
+    found = {}
+    for name, pool in WAYS.items():
+        with tempfile.TemporaryDirectory() as dump:
+            jax.jit(lambda x, dy, pool=pool: jax.vjp(pool, x)[1](dy)[0]).lower(x, dy).compile(
+                compiler_options={"xla_dump_to": dump})
+            kernels = {}
+            for path in glob.glob(os.path.join(dump, "*.ptx")):
+                with open(path) as f:
+                    text = f.read()
+                for entry, body in re.findall(r"\.entry (\w+)\((.*?)\n}", text, re.S):
+                    kernels[entry] = dict(collections.Counter(
+                        re.findall(r"\b((?:ld|st)\.global[.\w]*)", body)))
+            found[name] = kernels
+    return found
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--reps", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--check-only", action="store_true")
+    parser.add_argument("--ptx", choices=("h100", "h200"),
+                        help="count each way's loads and stores compiled for this GPU instead")
     parser.add_argument("--out", default="pool_backward.json")
     args = parser.parse_args(argv)
+    if args.ptx:
+        result = {"ptx": ptx_accesses(args.ptx, args.batch)}
+        for name, kernels in result["ptx"].items():
+            for kernel, counts in sorted(kernels.items()):
+                print(f"{name:8s} {kernel:28s} {counts}")
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+        return result
     result = {"check": check(args.batch), "rows": []}
     print("equal to the phases', bit for bit:", result["check"], flush=True)
     if not args.check_only:
