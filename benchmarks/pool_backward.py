@@ -3,7 +3,7 @@ forward and backward timed alone, three ways of its backward; each way's gradien
 first checked bit for bit against the XLA phases'.
 
     python benchmarks/pool_backward.py [--batch 128] [--reps 4] [--rounds 2] [--out F.json]
-    python benchmarks/pool_backward.py --check-only --batch 2    # on a CPU: the check alone
+    python benchmarks/pool_backward.py --check-only --batch 2 [--check-size 16]   # on a CPU
     JAX_PLATFORMS=cpu python benchmarks/pool_backward.py --ptx h100   # jax[cuda12], no GPU
 
 Ways (each with the package's forward, which records each window's first-maximum offset in a
@@ -91,13 +91,13 @@ WAYS = {
 }
 
 
-def inputs(batch, reps, seed=0):
+def inputs(batch, reps, seed=0, size=112):
     """``reps`` ReLU-like bfloat16 inputs (many zeros: windows with tied maxima) and one
     bfloat16 gradient of the output."""
     keys = jax.random.split(jax.random.PRNGKey(seed), reps + 1)
-    xs = [jnp.maximum(jnp.round(2 * jax.random.normal(k, (batch, 112, 112, 64))), 0)
+    xs = [jnp.maximum(jnp.round(2 * jax.random.normal(k, (batch, size, size, 64))), 0)
           .astype(jnp.bfloat16) for k in keys[:-1]]
-    weights = jax.random.normal(keys[-1], (batch, 56, 56, 64)).astype(jnp.bfloat16)
+    weights = jax.random.normal(keys[-1], (batch, size // 2, size // 2, 64)).astype(jnp.bfloat16)
     return xs, weights
 
 
@@ -107,9 +107,9 @@ def _gradients(pool, xs, weights):
     return [jax.vjp(pool, x)[1](weights)[0] for x in xs]
 
 
-def check(batch):
+def check(batch, size=112):
     """Per way: whether its gradient (and value) equals the phases' bit for bit."""
-    xs, weights = inputs(batch, 1, seed=1)
+    xs, weights = inputs(batch, 1, seed=1, size=size)
     expected = jax.jit(functools.partial(_gradients, WAYS["phases"]))(xs, weights)[0]
     found = {}
     for name, pool in WAYS.items():
@@ -154,6 +154,8 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--check-only", action="store_true")
+    parser.add_argument("--check-size", type=int, default=112,
+                        help="the check's input height and width (even)")
     parser.add_argument("--ptx", choices=("h100", "h200"),
                         help="count each way's loads and stores compiled for this GPU instead")
     parser.add_argument("--out", default="pool_backward.json")
@@ -166,7 +168,7 @@ def main(argv=None):
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
         return result
-    result = {"check": check(args.batch), "rows": []}
+    result = {"check": check(args.batch, args.check_size), "rows": []}
     print("equal to the phases', bit for bit:", result["check"], flush=True)
     if not args.check_only:
         xs, weights = inputs(args.batch, args.reps)

@@ -163,13 +163,14 @@ def test_end_to_end_caches_bytecode_in_the_scratch_folder_only_when_asked(tmp_pa
 def test_pool_backward_ways_equal_the_packages_bit_for_bit(tmp_path):
     script = _script("pool_backward")
     assert set(script.WAYS) == {"phases", "kernel", "masked"}
-    result = script.main(["--check-only", "--batch", "1", "--out", str(tmp_path / "p.json")])
+    result = script.main(["--check-only", "--batch", "1", "--check-size", "16", "--out",
+                          str(tmp_path / "p.json")])
     assert result["check"] == {"phases": True, "kernel": True, "masked": True}
     # and the check tells a wrong backward apart: the masked way given the gradient mirrored
     def mirrored(window, strides, padding, residuals, dy):
         return script._masked_backward(window, strides, padding, residuals, dy[:, :, ::-1])
     script.WAYS["masked"] = script._way(script.maxpool._pool, mirrored)
-    assert script.check(1)["masked"] is False
+    assert script.check(1, 16)["masked"] is False
 
 
 def test_fused_gemm_kernels_equal_xlas_chain_forward_and_backward():
