@@ -204,6 +204,7 @@ def kernel_backward(first, dy, dtype, *, interpret: bool | None = None):
             (1, 1, zero + term(1, 1, 0) + term(1, 0, 2) + term(0, 1, 6) + term(0, 0, 8)))
         for row_phase, col_phase, total in phases:
             index, inside = blocks[0]
+            # the row phase as an array: Pallas's interpreter stores through no Python int
             plgpu.store(dx_ref.at[b, q, jnp.int32(row_phase), index, pl.ds(col_phase * c, c)],
                         total.astype(dtype), mask=inside)
 
