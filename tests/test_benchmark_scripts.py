@@ -160,7 +160,7 @@ def test_end_to_end_caches_bytecode_in_the_scratch_folder_only_when_asked(tmp_pa
     assert base == {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": "/pkg", "HOME": "/h"}
 
 
-def test_pool_backward_ways_equal_the_packages_bit_for_bit(tmp_path):
+def test_pool_backward_ways_equal_the_xla_phases_bit_for_bit(tmp_path):
     script = _script("pool_backward")
     assert set(script.WAYS) == {"phases", "kernel", "masked"}
     result = script.main(["--check-only", "--batch", "1", "--check-size", "16", "--out",
