@@ -14,9 +14,13 @@ apart.
 """
 import argparse
 import collections
-import gzip
 import json
+import os
 import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import trace_summary  # noqa: E402
 
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4,
           "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8}
@@ -41,18 +45,15 @@ def array_bytes(text: str) -> int:
 def instruction_bytes(hlo: str) -> dict:
     """Per fusion or custom call of an optimized HLO module: operand bytes, result bytes and
     its ``op_name``."""
-    shapes, computation = {}, None
-    for line in hlo.splitlines():
-        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
-            computation = _HEADER.match(line).group(1)
-        elif (m := _DEFINES.match(line)) and computation:
-            shapes[(computation, m.group(1))] = m.group(2)
-    found, computation = {}, None
+    shapes, found, computation = {}, {}, None
     for line in hlo.splitlines():
         if line and not line.startswith(" ") and line.rstrip().endswith("{"):
             computation = _HEADER.match(line).group(1)
             continue
-        m = _CALL.match(line)
+        if not (defined := _DEFINES.match(line)) or computation is None:
+            continue
+        shapes[(computation, defined.group(1))] = defined.group(2)
+        m = _CALL.match(line)  # operands are defined above their users
         if not m:
             continue
         name, result, operands, rest = m.groups()
@@ -72,11 +73,8 @@ def instruction_bytes(hlo: str) -> dict:
 
 def kernel_times(trace_path: str, steps: int) -> dict:
     """Per GPU kernel name of a perfetto trace: milliseconds per step and calls per step."""
-    with gzip.open(trace_path) as f:
-        events = json.load(f)
-    events = events["traceEvents"] if isinstance(events, dict) else events
-    gpu = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
-           and "gpu" in e["args"]["name"].lower()}
+    events, processes, _ = trace_summary.load(trace_path)
+    gpu = {pid for pid, name in processes.items() if "gpu" in name.lower()}
     times = collections.defaultdict(lambda: [0.0, 0.0])
     for e in events:
         if e.get("ph") == "X" and e.get("pid") in gpu and "dur" in e:

@@ -27,6 +27,20 @@ def kind(name):
     return "fusion/other"
 
 
+def load(path):
+    """A perfetto trace's events, its process names by pid and thread names by (pid, tid)."""
+    with gzip.open(path) as f:
+        events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    pname, tname = {}, {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            pname[e["pid"]] = e["args"]["name"]
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            tname[(e["pid"], e["tid"])] = e["args"]["name"]
+    return events, pname, tname
+
+
 def _busy_and_span(events, steps):
     """Milliseconds per step a timeline's events take, and from its first start to its last end."""
     busy = sum(x["dur"] for x in events) / 1e3 / steps
@@ -41,14 +55,7 @@ def summarize(path, steps, tag, log=print, top=25):
     Returns:
       dict: per GPU timeline, {"busy_ms", "span_ms", "kernels", "by_kind", "top"} per step.
     """
-    events = json.load(gzip.open(path))
-    events = events["traceEvents"] if isinstance(events, dict) else events
-    pname, tname = {}, {}
-    for e in events:
-        if e.get("ph") == "M" and e.get("name") == "process_name":
-            pname[e["pid"]] = e["args"]["name"]
-        if e.get("ph") == "M" and e.get("name") == "thread_name":
-            tname[(e["pid"], e["tid"])] = e["args"]["name"]
+    events, pname, tname = load(path)
     lines = collections.defaultdict(list)
     for e in events:
         if e.get("ph") == "X" and "dur" in e:
