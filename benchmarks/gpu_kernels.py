@@ -7,14 +7,14 @@ a machine without one (XLA's compile-only CUDA devices), for package trees side 
 
 Each tree's ``train`` is stopped in ``TrainProgram.prepare`` (as ``trace_time.py`` does) with
 the choices it makes on a GPU (bfloat16, one parameter vector, its iterations per dispatch,
-padded channels); its training block is compiled for the GPU and the optimized HLO's launches
-are counted: every fusion, cuDNN or cuBLAS call, copy and collective in the loop's body (one
-iteration) and outside it (once a dispatch). These are what XLA emits, not what the GPU runs:
-a cuDNN call may launch several kernels (a split-K reduction), and convolution and GEMM
-algorithms are picked without autotuning here. A profile on the GPU (``cifar_channels.py
---profile-epochs``) counts the kernels themselves. The compile's seconds are XLA's GPU
-pipeline on this machine's CPU without autotuning: a cold compile's floor if autotuning were
-free.
+padded channels, its Pallas kernels); its training block is compiled for the GPU and the
+optimized HLO's launches are counted: every fusion, cuDNN or cuBLAS call, Pallas kernel, copy
+and collective in the loop's body (one iteration) and outside it (once a dispatch). These are
+what XLA emits, not what the GPU runs: a cuDNN call may launch several kernels (a split-K
+reduction), and convolution and GEMM algorithms are picked without autotuning here. A profile
+on the GPU (``cifar_channels.py --profile-epochs``) counts the kernels themselves. The
+compile's seconds are XLA's GPU pipeline on this machine's CPU without autotuning: a cold
+compile's floor if autotuning were free.
 """
 import argparse
 import collections
@@ -73,7 +73,12 @@ def probe(program):
     program.state_shapes = gpu.abstract(program._local_shapes)
     channels = jax.ShapeDtypeStruct((program.feed.shape[-1],), jnp.float32)
     program.stats_shape = gpu.abstract((channels, channels))
-    lowered = program.lower_block()
+    backend = jax.default_backend
+    jax.default_backend = lambda: "gpu"  # traced as on the GPU: its Pallas kernels included
+    try:
+        lowered = program.lower_block()
+    finally:
+        jax.default_backend = backend
     start = time.perf_counter()
     text = lowered.compile().as_text()
     print(f"COMPILE_S {time.perf_counter() - start:.3f}", flush=True)
@@ -146,6 +151,8 @@ def _kind(opcode: str, head: str) -> str:
     target = re.search(r'custom_call_target="([^"]*)"', head)
     if target and "cudnn" in target.group(1).lower():
         return "cudnn"
+    if target and "triton" in target.group(1):
+        return "pallas"
     fusion = re.search(r"kind=(\w+)", head)
     if target or (fusion and fusion.group(1) == "kCustom" and "gemm" in head):
         return "gemm/custom"

@@ -91,6 +91,11 @@ def test_gpu_kernels_counts_one_iteration_of_the_loop_and_what_is_outside_it():
     assert counted["by_kind"] == {"fusion (loop)": 3, "cudnn": 1,
                                   "fusion (reduce/transpose)": 1}
     assert counted["by_place"] == {"other": 3, "forward": 1, "backward": 1}
+    pallas = """ENTRY %main (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  ROOT %pallas_call.1 = f32[8]{0} custom-call(%p), custom_call_target="__gpu$xla.gpu.triton"
+}"""
+    assert _script("gpu_kernels").count(pallas)["by_kind"] == {"pallas": 1}
 
 
 def test_gpu_kernels_reads_the_module_xla_compiles_here():
