@@ -260,6 +260,49 @@ def test_stem_pool_kernel_equals_the_xla_backward_on_gpus(monkeypatch, dtype, sh
     assert float(jnp.sum(ours != 0)) > 0
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_resnet_stem_pool_kernel_trains_like_batch_norm_then_max_pool(monkeypatch, dtype):
+    """On GPUs ResNet's stem normalises, applies ReLU and pools in one kernel (here in Pallas's
+    interpreter): the same variables, loss, gradients and running statistics as the layers
+    one after the other."""
+    from jaxflowers.models import maxpool, stem_pool
+
+    model = jf.models.ResNet(stage_sizes=(1, 1), block_cls=jf.models.BottleneckBlock,
+                             num_classes=5, num_filters=16, dtype=dtype)
+    x = jax.random.normal(jax.random.PRNGKey(1), (4, 40, 36, 3))  # stem output 20 x 18
+    labels = jnp.arange(4) % 5
+    variables = model.init(jax.random.PRNGKey(0), x, train=False)
+
+    def step(variables):
+        def loss(params):
+            logits, updates = model.apply({**variables, "params": params}, x,
+                                          mutable=["batch_stats"])
+            return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), \
+                updates
+        return jax.value_and_grad(loss, has_aux=True)(variables["params"])
+
+    calls = []
+    kernel = stem_pool.apply_and_pool
+    monkeypatch.setattr(stem_pool, "apply_and_pool",
+                        lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    (plain_loss, plain_stats), plain_grads = step(variables)
+    assert calls == []
+    monkeypatch.setattr(maxpool, "_on_gpu", lambda: True)
+    (loss, stats), grads = step(variables)
+    assert calls == [1]
+    # The same variables (initialised through the kernel's module too).
+    jax.tree.map(np.testing.assert_array_equal, model.init(jax.random.PRNGKey(0), x), variables)
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == jnp.float32 else {"rtol": 0, "atol": 0}
+    np.testing.assert_allclose(loss, plain_loss, **tol)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, **tol), stats, plain_stats)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, **tol), grads, plain_grads)
+    assert float(jnp.abs(grads["bn_init"]["scale"]).sum()) > 0
+    # inference takes the layers' own way
+    before = len(calls)
+    model.apply(variables, x, train=False)
+    assert len(calls) == before
+
+
 @pytest.mark.parametrize("size", [(16, 16), (15, 18), (224, 224)])
 def test_space_to_depth_stem_equals_the_7x7_stride_2_convolution(size):
     x = jax.random.normal(jax.random.PRNGKey(1), (2, *size, 3))

@@ -156,8 +156,8 @@ class BatchNorm(nn.Module):
             mean = pad(ra_mean.value)
             if offset is not None:
                 mean = lax.sub(mean, offset)
-            return _affine(x, mean, mul, _f32(bias), self.relu, self.dtype)
-        y, mean, var = batch_norm_train(x, scale, bias, self.epsilon, self.axis_name, self.relu)
+            return self._stored(x, mean, mul, _f32(bias))
+        y, mean, var = self._batch(x, scale, bias)
         if not self.is_initializing():
             m = self.momentum
             if offset is not None:
@@ -167,6 +167,14 @@ class BatchNorm(nn.Module):
             ra_mean.value = _decayed(ra_mean.value, mean, m)
             ra_var.value = _decayed(ra_var.value, var, m)
         return y
+
+    def _stored(self, x, mean, mul, bias):
+        """The output normalised with the stored statistics (``mul``: scale / std)."""
+        return _affine(x, mean, mul, bias, self.relu, self.dtype)
+
+    def _batch(self, x, scale, bias):
+        """The output normalised with the batch's statistics, and the statistics."""
+        return batch_norm_train(x, scale, bias, self.epsilon, self.axis_name, self.relu)
 
 
 def _decayed(average, value, momentum: float):

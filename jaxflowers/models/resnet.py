@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
+from jaxflowers.models import stem_pool
 from jaxflowers.models.layers import Conv, Dense
 from jaxflowers.models.maxpool import max_pool
 from jaxflowers.models.norm import BatchNorm
@@ -106,11 +107,14 @@ class ResNet(nn.Module):
                      name="conv_init")(x)
         else:
             raise ValueError(f"stem={self.stem!r}: expected 'space_to_depth' or 'conv'")
-        x = norm(name="bn_init", relu=True)(x)
         if self.conv_padding not in PADDINGS:
             raise ValueError(f"conv_padding={self.conv_padding!r}: expected one of "
                              f"{', '.join(PADDINGS)}")
-        x = max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)), train=train)
+        if stem_pool.used(x, train):  # one kernel on GPUs: the same variables and values
+            x = stem_pool.BatchNormReLUPool(**norm.keywords, name="bn_init", relu=True)(x)
+        else:
+            x = norm(name="bn_init", relu=True)(x)
+            x = max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)), train=train)
         for stage, num_blocks in enumerate(self.stage_sizes):
             for block in range(num_blocks):
                 strides = (2, 2) if stage > 0 and block == 0 else (1, 1)
