@@ -77,7 +77,7 @@ def _backward(epsilon, axis_name, residuals, cotangents):
 bn_relu_pool.defvjp(_forward, _backward)
 
 
-def apply_and_pool(x, mean, mul, bias, *, interpret: bool | None = None):
+def apply_and_pool(x, mean, mul, bias, *, num_warps: int = 4, interpret: bool | None = None):
     """``max_pool(relu(bn(x)))`` and its first-maximum offsets (as ``maxpool``'s forward
     records them) in one kernel, ``bn`` computed as ``norm``'s apply with per-channel
     float32 ``mean``, ``mul`` (scale / std) and ``bias``.
@@ -85,7 +85,8 @@ def apply_and_pool(x, mean, mul, bias, *, interpret: bool | None = None):
     Input columns are read as (even, odd) pairs: x viewed as (N, H, W/2, 2C). A program
     takes one output row; lane t of its tiles is output column t + 1, whose window columns
     are odd pair t, even pair t + 1 and odd pair t + 1, so every load starts at column 0 or
-    1; output column 0 (its left column is padding) is computed from the pairs at 0.
+    1; output column 0 (its left column is padding) is computed from one-column tiles of the
+    pairs at 0.
 
     Returns:
       (N, H/2, W/2, C) pooled values in ``x``'s dtype and int8 offsets.
@@ -100,41 +101,45 @@ def apply_and_pool(x, mean, mul, bias, *, interpret: bool | None = None):
 
     def kernel(x_ref, mean_ref, mul_ref, bias_ref, y_ref, first_ref):
         b, o = pl.program_id(0), pl.program_id(1)
-        lanes = jnp.arange(width)[:, None]
         start = o * 0  # traced: Pallas refuses a static slice that runs past the array
         mean, mul, bias = (ref[...][None, :] for ref in (mean_ref, mul_ref, bias_ref))
 
-        def applied(row, valid, shift, half):
-            """relu(bn(x)) of input row ``row``'s column pairs ``shift + t``, even or odd
-            half, as ``norm``'s apply rounds it; -inf where padding or past the edge."""
-            mask = (lanes + shift < wo) & valid
-            v = plgpu.load(x_ref.at[b, row, pl.ds(start + shift, width), pl.ds(half * c, c)],
+        def applied(row, valid, shift, half, size=width):
+            """relu(bn(x)) of input row ``row``'s ``size`` column pairs from ``shift``, even
+            or odd half, as ``norm``'s apply rounds it; -inf where padding or past the edge."""
+            mask = (jnp.arange(size)[:, None] + shift < wo) & valid
+            v = plgpu.load(x_ref.at[b, row, pl.ds(start + shift, size), pl.ds(half * c, c)],
                            mask=mask, other=0)
             v = lax.max(lax.add(lax.mul(lax.sub(v.astype(F32), mean), mul), bias), F32(0))
             return jnp.where(mask, v.astype(x.dtype), -jnp.inf)
 
-        rows = ((jnp.maximum(2 * o - 1, 0), o > 0), (2 * o, True), (2 * o + 1, True))
-        main, edge = [], []  # per window offset k = 3 di + dj, row-major
-        for row, valid in rows:
-            odd_left, even, odd = (applied(row, valid, 0, 1), applied(row, valid, 1, 0),
-                                   applied(row, valid, 1, 1))
-            main += [odd_left, even, odd]
-            edge += [jnp.full_like(even, -jnp.inf), applied(row, valid, 0, 0), odd_left]
-        for values, shift, store in ((main, 1, lanes + 1 < wo), (edge, 0, lanes == 0)):
+        def store(values, shift, size, mask=None):
+            """The maximum of ``values`` (one per window offset k = 3 di + dj) and the first
+            k that holds it, stored from output column ``shift``."""
             top = values[0]
             for v in values[1:]:
                 top = jnp.maximum(top, v)
             first = jnp.full(top.shape, len(values), jnp.int8)
             for k in reversed(range(len(values))):
                 first = jnp.where(values[k] == top, jnp.int8(k), first)
-            index = pl.ds(start + shift, width)
-            plgpu.store(y_ref.at[b, o, index, :], top, mask=store)
-            plgpu.store(first_ref.at[b, o, index, :], first, mask=store)
+            index = pl.ds(start + shift, size)
+            plgpu.store(y_ref.at[b, o, index, :], top, mask=mask)
+            plgpu.store(first_ref.at[b, o, index, :], first, mask=mask)
+
+        rows = ((jnp.maximum(2 * o - 1, 0), o > 0), (2 * o, True), (2 * o + 1, True))
+        main, edge = [], []
+        for row, valid in rows:
+            main += [applied(row, valid, 0, 1), applied(row, valid, 1, 0),
+                     applied(row, valid, 1, 1)]
+            edge += [jnp.full((1, c), -jnp.inf, x.dtype), applied(row, valid, 0, 0, 1),
+                     applied(row, valid, 0, 1, 1)]
+        store(main, 1, width, jnp.arange(width)[:, None] + 1 < wo)
+        store(edge, 0, 1)
 
     return pl.pallas_call(
         kernel, grid=(n, ho),
         out_shape=(jax.ShapeDtypeStruct((n, ho, wo, c), x.dtype),
                    jax.ShapeDtypeStruct((n, ho, wo, c), jnp.int8)),
-        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=1),
         interpret=jax.default_backend() != "gpu" if interpret is None else interpret,
         name="bn_relu_max_pool")(pairs, mean, mul, bias)
