@@ -111,3 +111,13 @@ def test_resnet_stem_pool_kernel_trains_like_batch_norm_then_max_pool(monkeypatc
     before = len(calls)
     model.apply(variables, x, train=False)
     assert len(calls) == before
+
+
+def test_the_stem_pool_module_refuses_to_train_without_its_relu():
+    from jaxflowers.models import stem_pool
+
+    module = stem_pool.BatchNormReLUPool(relu=False)
+    x = jnp.ones((2, 8, 8, 4))
+    variables = module.init(jax.random.PRNGKey(0), x, use_running_average=True)
+    with pytest.raises(ValueError, match="relu must be True"):
+        module.apply(variables, x, use_running_average=False, mutable=["batch_stats"])

@@ -32,9 +32,9 @@ def used(x, train: bool) -> bool:
 
 
 class BatchNormReLUPool(norm.BatchNorm):
-    """``BatchNorm(relu=True)`` followed by the 3x3, stride-2 max pool with one row and
-    column of padding: the same variables, values and gradients; in training one kernel
-    (``bn_relu_pool``). ``relu`` must be True."""
+    """``BatchNorm`` followed by the 3x3, stride-2 max pool with one row and column of
+    padding: the same variables, values and gradients. In training one kernel
+    (``bn_relu_pool``), which applies the ReLU, so there ``relu`` must be True."""
 
     def _stored(self, x, mean, mul, bias):
         return maxpool.max_pool(super()._stored(x, mean, mul, bias), WINDOW, STRIDES, PADDING)
