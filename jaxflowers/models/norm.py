@@ -65,10 +65,15 @@ def batch_norm_train(x, scale, bias, epsilon: float, axis_name, relu: bool):
     return _normalize(x, scale, bias, epsilon, axis_name, relu)[0]
 
 
-def _normalize(x, scale, bias, epsilon, axis_name, relu):
-    scale, bias = _f32(scale), _f32(bias)
+def _batch_statistics(x, scale, bias, epsilon, axis_name):
+    """``(mean, var, rstd, scale, bias)`` of a training forward: the batch's statistics,
+    1/std, and the parameters in float32, as the backward's residuals take them."""
     mean, var = _stats(x, axis_name)
-    rstd = lax.rsqrt(lax.add(var, F32(epsilon)))
+    return mean, var, lax.rsqrt(lax.add(var, F32(epsilon))), _f32(scale), _f32(bias)
+
+
+def _normalize(x, scale, bias, epsilon, axis_name, relu):
+    mean, var, rstd, scale, bias = _batch_statistics(x, scale, bias, epsilon, axis_name)
     y = _affine(x, mean, lax.mul(rstd, scale), bias, relu, x.dtype)
     return (y, mean, var), (x, mean, rstd, scale, bias)
 

@@ -60,9 +60,7 @@ def bn_relu_pool(x, scale, bias, epsilon: float, axis_name):
 
 
 def _forward(x, scale, bias, epsilon, axis_name):
-    scale, bias = norm._f32(scale), norm._f32(bias)
-    mean, var = norm._stats(x, axis_name)
-    rstd = lax.rsqrt(lax.add(var, F32(epsilon)))
+    mean, var, rstd, scale, bias = norm._batch_statistics(x, scale, bias, epsilon, axis_name)
     pooled, first = apply_and_pool(x, mean, lax.mul(rstd, scale), bias)
     return (pooled, mean, var), (x, mean, rstd, scale, bias, first)
 
