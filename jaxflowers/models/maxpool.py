@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["kernel_backward", "kernel_fits", "max_pool", "phase_backward"]
+__all__ = ["kernel_backward", "kernel_fits", "kernel_takes", "max_pool", "phase_backward"]
 
 
 def max_pool(x, window: tuple[int, int], strides: tuple[int, int] | None = None,
@@ -142,12 +142,17 @@ _max_pool.defvjp(_pool, _backward)
 
 def kernel_fits(window, strides, padding, like, dy) -> bool:
     """Whether ``kernel_backward`` takes this pool: ResNet's stem pool (3x3, stride 2, one
-    row and column of padding) over an even height and width and a power-of-two channel
-    count."""
-    (h, w), (ho, wo, c) = like.shape[1:3], dy.shape[1:]
+    row and column of padding) over ``like``'s height and width and ``dy``'s channels, where
+    ``kernel_takes`` them (``like`` holds no channels)."""
     return (tuple(window) == (3, 3) and tuple(strides) == (2, 2)
-            and tuple(map(tuple, padding)) == ((1, 1), (1, 1)) and (h, w) == (2 * ho, 2 * wo)
-            and c > 0 and c & (c - 1) == 0)
+            and tuple(map(tuple, padding)) == ((1, 1), (1, 1))
+            and kernel_takes(*like.shape[1:3], dy.shape[-1]))
+
+
+def kernel_takes(height: int, width: int, channels: int) -> bool:
+    """Whether the stem pool's kernels take an input of this size: even height and width, a
+    power-of-two channel count."""
+    return height % 2 == 0 and width % 2 == 0 and channels > 0 and channels & (channels - 1) == 0
 
 
 def kernel_backward(first, dy, dtype, *, interpret: bool | None = None):

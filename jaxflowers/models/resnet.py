@@ -97,8 +97,9 @@ class ResNet(nn.Module):
     def __call__(self, x, train: bool = True):
         conv = functools.partial(Conv, use_bias=False, dtype=self.dtype,
                                  kernel_init=_he_normal)
-        norm = functools.partial(BatchNorm, use_running_average=not train, momentum=0.9,
-                                 epsilon=1e-5, dtype=self.dtype, axis_name=self.bn_axis_name)
+        norm_args = dict(use_running_average=not train, momentum=0.9, epsilon=1e-5,
+                         dtype=self.dtype, axis_name=self.bn_axis_name)
+        norm = functools.partial(BatchNorm, **norm_args)
         if self.stem == "space_to_depth":
             x = StemConv(self.num_filters, dtype=self.dtype, kernel_init=_he_normal,
                          name="conv_init")(x)
@@ -111,10 +112,10 @@ class ResNet(nn.Module):
             raise ValueError(f"conv_padding={self.conv_padding!r}: expected one of "
                              f"{', '.join(PADDINGS)}")
         if stem_pool.used(x, train):  # one kernel on GPUs: the same variables and values
-            x = stem_pool.BatchNormReLUPool(**norm.keywords, name="bn_init", relu=True)(x)
+            x = stem_pool.BatchNormReLUPool(**norm_args, name="bn_init", relu=True)(x)
         else:
             x = norm(name="bn_init", relu=True)(x)
-            x = max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)), train=train)
+            x = max_pool(x, stem_pool.WINDOW, stem_pool.STRIDES, stem_pool.PADDING, train=train)
         for stage, num_blocks in enumerate(self.stage_sizes):
             for block in range(num_blocks):
                 strides = (2, 2) if stage > 0 and block == 0 else (1, 1)

@@ -19,7 +19,7 @@ from jax import lax
 
 from jaxflowers.models import maxpool, norm
 
-__all__ = ["BatchNormReLUPool", "apply_and_pool", "bn_relu_pool", "fits", "used"]
+__all__ = ["BatchNormReLUPool", "apply_and_pool", "bn_relu_pool", "used"]
 
 F32 = jnp.float32
 WINDOW, STRIDES, PADDING = (3, 3), (2, 2), ((1, 1), (1, 1))
@@ -27,8 +27,8 @@ WINDOW, STRIDES, PADDING = (3, 3), (2, 2), ((1, 1), (1, 1))
 
 def used(x, train: bool) -> bool:
     """Whether ResNet's stem normalises and pools ``x`` with ``BatchNormReLUPool``: in
-    training, where the max pool's kernels run (GPUs), where ``fits``."""
-    return train and maxpool._on_gpu() and fits(x)
+    training, where the max pool's kernels run (GPUs) and take its shape."""
+    return train and maxpool._on_gpu() and maxpool.kernel_takes(*x.shape[1:])
 
 
 class BatchNormReLUPool(norm.BatchNorm):
@@ -43,13 +43,6 @@ class BatchNormReLUPool(norm.BatchNorm):
         if not self.relu:
             raise ValueError("BatchNormReLUPool: relu must be True")
         return bn_relu_pool(x, scale, bias, self.epsilon, self.axis_name)
-
-
-def fits(x) -> bool:
-    """Whether ``bn_relu_pool`` takes NHWC ``x``: even height and width, power-of-two
-    channels."""
-    h, w, c = x.shape[1:]
-    return h % 2 == 0 and w % 2 == 0 and c > 0 and c & (c - 1) == 0
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
