@@ -178,6 +178,52 @@ def test_pool_backward_ways_equal_the_xla_phases_bit_for_bit(tmp_path):
     assert script.check(1, 16)["masked"] is False
 
 
+def _stub_tree(root, rate):
+    """A folder holding a stub ``jaxflowers`` whose bench writes ``rate`` images/s (or fails
+    for None) and the file it was imported from, as its device name."""
+    bench = root / "jaxflowers" / "bench"
+    bench.mkdir(parents=True)
+    (root / "jaxflowers" / "__init__.py").write_text("")
+    (bench / "__init__.py").write_text("")
+    (bench / "__main__.py").write_text(
+        "import json, os, sys\n"
+        + ("sys.exit('no GPU')\n" if rate is None else "")
+        + "args = sys.argv[1:]\n"
+        "out = args[args.index('--out') + 1]\n"
+        "batch = int(args[args.index('--per-device-batch') + 1])\n"
+        "os.makedirs(out)\n"
+        f"result = {{'images_per_s': {rate} * batch / 128, 'compile_s': 1.0}}\n"
+        "env = {'devices': __file__}\n"
+        "json.dump({'results': [result], 'environment': env},"
+        " open(os.path.join(out, 'bench.json'), 'w'))\n")
+    return root
+
+
+def test_bench_trees_alternates_the_trees_and_imports_each_ones_package(tmp_path, capsys):
+    script = _script("bench_trees")
+    old, new = _stub_tree(tmp_path / "old", 5000), _stub_tree(tmp_path / "new", 6000)
+    broken = _stub_tree(tmp_path / "broken", None)
+    rows = script.main(["--tree", f"old={old}", "--tree", f"new={new}", "--tree",
+                        f"broken={broken}", "--batches", "128", "256", "--rounds", "2",
+                        "--out", str(tmp_path / "rows.json")])
+    assert [(r["round"], r["batch"], r["tree"]) for r in rows[:6]] == [
+        (0, 128, "old"), (0, 128, "new"), (0, 128, "broken"),
+        (0, 256, "old"), (0, 256, "new"), (0, 256, "broken")]
+    assert [r["tree"] for r in rows[6:9]] == ["broken", "new", "old"]  # reversed in round 1
+    by = {(r["tree"], r["batch"], r["round"]): r for r in rows}
+    assert by["new", 256, 1]["images_per_s"] == 12000 and by["new", 256, 1]["step_ms"] == 21.33
+    assert by["old", 128, 0]["device"] == str(old / "jaxflowers" / "bench" / "__main__.py")
+    assert "no GPU" in by["broken", 128, 0]["error"]
+    assert json.loads((tmp_path / "rows.json").read_text()) == rows
+    assert "12000.0" in capsys.readouterr().out
+    # past the budget nothing starts; a folder without the package is refused by name
+    rows = script.main(["--tree", f"old={old}", "--budget", "-1"])
+    assert all(r["error"] == "skipped: past --budget" for r in rows)
+    with pytest.raises(SystemExit):
+        script.main(["--tree", f"empty={tmp_path}"])
+    assert f"--tree empty={tmp_path}: no jaxflowers package" in capsys.readouterr().err
+
+
 def test_fused_gemm_kernels_equal_xlas_chain_forward_and_backward():
     script = _script("fused_gemm")
     shape, config = (256, 64, 32), (64, 32, 32, 4, 2)  # several tiles and steps each way
