@@ -76,6 +76,9 @@ def main(argv=None):
     parser.add_argument("--bench-args", default=BENCH, help=f"default: {BENCH!r}")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args(argv)
+    for tree in args.tree:
+        if "=" not in tree:
+            parser.error(f"--tree {tree}: expected LABEL=FOLDER")
     trees = dict(t.split("=", 1) for t in args.tree)
     for label, path in trees.items():
         if not os.path.isfile(os.path.join(path, "jaxflowers", "__init__.py")):

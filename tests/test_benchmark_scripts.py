@@ -222,6 +222,9 @@ def test_bench_trees_alternates_the_trees_and_imports_each_ones_package(tmp_path
     with pytest.raises(SystemExit):
         script.main(["--tree", f"empty={tmp_path}"])
     assert f"--tree empty={tmp_path}: no jaxflowers package" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        script.main(["--tree", str(old)])
+    assert f"--tree {old}: expected LABEL=FOLDER" in capsys.readouterr().err
 
 
 def test_fused_gemm_kernels_equal_xlas_chain_forward_and_backward():
