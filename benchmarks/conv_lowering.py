@@ -69,7 +69,11 @@ CHECK = r"""
 import sys
 import jax, jax.numpy as jnp, numpy as np
 from jaxflowers import models
-net = getattr(models, sys.argv[2])(num_classes=5)
+name = sys.argv[2]
+if name.startswith("resnet:"):  # a small bottleneck ResNet of these stage sizes, 16 filters
+    net = models.resnet(tuple(map(int, name[7:].split(","))), num_classes=5, num_filters=16)
+else:
+    net = getattr(models, name)(num_classes=5)
 size = int(sys.argv[3])
 x = jnp.asarray(np.random.default_rng(0).random((2, size, size, 3)), jnp.float32)
 variables = jax.jit(net.init)(jax.random.key(0), x)
@@ -138,7 +142,8 @@ def main() -> None:
     parser.add_argument("--scratch", help="folder for the dot tree and the runs (default: temp)")
     parser.add_argument("--check", action="store_true",
                         help="only compare dot against conv on the CPU, then stop")
-    parser.add_argument("--check-network", default="resnet50", help="a ResNet of models")
+    parser.add_argument("--check-network", default="resnet50",
+                        help="a ResNet of models, or resnet:1,1: bottleneck stages of 16 filters")
     parser.add_argument("--check-size", type=int, default=64, help="its images' size")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args()
