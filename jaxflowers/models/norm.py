@@ -54,9 +54,15 @@ def _stats(x, axis_name):
 
 
 def _affine(x, mean, mul, bias, relu: bool, dtype):
-    y = lax.add(lax.mul(lax.sub(_f32(x), _per_channel(mean, x)), _per_channel(mul, x)),
-                _per_channel(bias, x))
-    return lax.convert_element_type(lax.max(y, F32(0)) if relu else y, dtype)
+    per_channel = (_per_channel(v, x) for v in (mean, mul, bias))
+    return lax.convert_element_type(_applied(_f32(x), *per_channel, relu), dtype)
+
+
+def _applied(xf, mean, mul, bias, relu: bool = True):
+    """Float32 ``(x - mean) * mul + bias`` of ``xf``, ReLU'd if ``relu``; per-channel values
+    broadcast against ``xf`` (the stem's pool kernel rounds exactly as the layers)."""
+    y = lax.add(lax.mul(lax.sub(xf, mean), mul), bias)
+    return lax.max(y, F32(0)) if relu else y
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
