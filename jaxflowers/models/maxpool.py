@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["kernel_backward", "kernel_fits", "kernel_takes", "max_pool", "phase_backward"]
+__all__ = ["interpreted", "kernel_backward", "kernel_fits", "kernel_takes", "max_pool",
+           "phase_backward"]
 
 
 def max_pool(x, window: tuple[int, int], strides: tuple[int, int] | None = None,
@@ -216,6 +217,10 @@ def kernel_backward(first, dy, dtype, *, interpret: bool | None = None):
     dx = pl.pallas_call(
         kernel, out_shape=jax.ShapeDtypeStruct((n, ho, 2, wo, 2 * c), dtype), grid=(n, ho),
         compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
-        interpret=jax.default_backend() != "gpu" if interpret is None else interpret,
-        name="max_pool_backward")(first, dy)
+        interpret=interpreted(interpret), name="max_pool_backward")(first, dy)
     return dx.reshape(n, 2 * ho, 2 * wo, c)
+
+
+def interpreted(interpret: bool | None) -> bool:
+    """A Pallas kernel's ``interpret``: None means unless the backend is a GPU."""
+    return jax.default_backend() != "gpu" if interpret is None else interpret

@@ -101,8 +101,8 @@ def apply_and_pool(x, mean, mul, bias, *, num_warps: int = 4, interpret: bool | 
             mask = (jnp.arange(size)[:, None] + shift < wo) & valid
             v = plgpu.load(x_ref.at[b, row, pl.ds(start + shift, size), pl.ds(half * c, c)],
                            mask=mask, other=0)
-            v = lax.max(lax.add(lax.mul(lax.sub(v.astype(F32), mean), mul), bias), F32(0))
-            return jnp.where(mask, v.astype(x.dtype), -jnp.inf)
+            v = norm._applied(v.astype(F32), mean, mul, bias).astype(x.dtype)
+            return jnp.where(mask, v, -jnp.inf)
 
         def store(values, shift, size, mask=None):
             """The maximum of ``values`` (one per window offset k = 3 di + dj) and the first
@@ -132,5 +132,4 @@ def apply_and_pool(x, mean, mul, bias, *, num_warps: int = 4, interpret: bool | 
         out_shape=(jax.ShapeDtypeStruct((n, ho, wo, c), x.dtype),
                    jax.ShapeDtypeStruct((n, ho, wo, c), jnp.int8)),
         compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=1),
-        interpret=jax.default_backend() != "gpu" if interpret is None else interpret,
-        name="bn_relu_max_pool")(pairs, mean, mul, bias)
+        interpret=maxpool.interpreted(interpret), name="bn_relu_max_pool")(pairs, mean, mul, bias)
