@@ -7,8 +7,8 @@ alternating: how "one call, alternating" figures in ``benchmarks/NOTES.md`` are 
 Each tree is a folder holding a ``jaxflowers`` package (``git archive REV jaxflowers | tar -x
 -C OLD``). A round runs every (batch, tree) once, the trees in reverse order on odd rounds, so
 neither always runs first on a warming machine. Each run is a fresh process in an empty
-folder, with ``PYTHONPATH`` naming its tree and ``PYTHONSAFEPATH`` set, so no other copy of the
-package is imported. Prints each run as it ends and a table at the end; ``--out`` holds the
+folder, with its tree first on ``PYTHONPATH`` and ``PYTHONSAFEPATH`` set, so no other copy of
+the package is imported. Prints each run as it ends and a table at the end; ``--out`` holds the
 rows after each run. ``--budget`` skips runs that would start after that many seconds (a
 machine lent for a fixed time).
 """
@@ -21,19 +21,22 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under safe-path
+import package_trees
+
 BENCH = "--models resnet50 --devices 1 --strategies shard_map --scalings weak"
 
 
 def plan(trees: list[str], batches: list[int], rounds: int) -> list[tuple[int, int, str]]:
     """``(round, batch, tree)`` in the order they run."""
     return [(r, batch, tree) for r in range(rounds) for batch in batches
-            for tree in (trees if r % 2 == 0 else trees[::-1])]
+            for tree in package_trees.in_round(trees, r)]
 
 
 def run_one(path: str, batch: int, bench_args: str, timeout: float) -> dict:
     """One bench process for the tree at ``path``: its result row, or why it failed."""
     with tempfile.TemporaryDirectory() as work:
-        env = dict(os.environ, PYTHONPATH=os.path.abspath(path), PYTHONSAFEPATH="1")
+        env = package_trees.environment(path)
         cmd = [sys.executable, "-m", "jaxflowers.bench", *shlex.split(bench_args),
                "--per-device-batch", str(batch), "--out", os.path.join(work, "bench")]
         try:
@@ -68,7 +71,7 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tree", action="append", required=True, metavar="LABEL=FOLDER")
+    package_trees.add_argument(parser)
     parser.add_argument("--batches", type=int, nargs="+", default=[128])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--budget", type=float, help="seconds after which no run starts")
@@ -76,13 +79,7 @@ def main(argv=None):
     parser.add_argument("--bench-args", default=BENCH, help=f"default: {BENCH!r}")
     parser.add_argument("--out", help="JSON file for the rows")
     args = parser.parse_args(argv)
-    for tree in args.tree:
-        if "=" not in tree:
-            parser.error(f"--tree {tree}: expected LABEL=FOLDER")
-    trees = dict(t.split("=", 1) for t in args.tree)
-    for label, path in trees.items():
-        if not os.path.isfile(os.path.join(path, "jaxflowers", "__init__.py")):
-            parser.error(f"--tree {label}={path}: no jaxflowers package in {path}")
+    trees = dict(package_trees.parse(parser, args.tree))
     start, rows = time.perf_counter(), []
     for round_, batch, label in plan(list(trees), args.batches, args.rounds):
         if args.budget is not None and time.perf_counter() - start > args.budget:

@@ -15,8 +15,12 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under safe-path
+import package_trees
 
 PHASES = {"Finished jaxpr to MLIR module conversion": "lower",
           "Finished XLA compilation of": "compile"}
@@ -32,10 +36,8 @@ def parse(log: str) -> dict:
 
 
 def run(tree: str, cmd: list[str], scratch: str) -> dict:
-    # PYTHONSAFEPATH: "python -m"/"-c" would import the current folder's package first
-    env = dict(os.environ, JAX_LOG_COMPILES="1", JAXFLOWERS_COMPILE_CACHE="off",
-               PYTHONSAFEPATH="1", PYTHONPATH=os.pathsep.join([os.path.abspath(tree)]
-                                          + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+    env = package_trees.environment(tree, dict(os.environ, JAX_LOG_COMPILES="1",
+                                               JAXFLOWERS_COMPILE_CACHE="off"))
     out = tempfile.mkdtemp(dir=scratch)
     start = time.perf_counter()
     result = subprocess.run([arg.replace("{out}", out) for arg in cmd], env=env,
@@ -56,18 +58,17 @@ def run(tree: str, cmd: list[str], scratch: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tree", action="append", required=True, metavar="NAME=DIR",
-                        help="a folder holding a jaxflowers package (repeat)")
+    package_trees.add_argument(parser)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", help="JSON file for the rows")
     parser.add_argument("cmd", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    trees = [tuple(spec.split("=", 1)) for spec in args.tree]
+    trees = package_trees.parse(parser, args.tree)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for r in range(args.rounds):
-            for name, tree in (trees if r % 2 == 0 else trees[::-1]):
+            for name, tree in package_trees.in_round(trees, r):
                 row = {"tree": name, "round": r, **run(tree, cmd, scratch)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)

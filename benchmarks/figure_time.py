@@ -2,7 +2,7 @@
 Flowers example does before it returns) and the sweep's live grid, per package tree, trees
 alternating.
 
-    python benchmarks/figure_time.py [--tree NAME=DIR ...] [--rounds 5] [--repeats 5]
+    python benchmarks/figure_time.py [--tree LABEL=FOLDER ...] [--rounds 5] [--repeats 5]
 
 Each round runs every tree in a fresh process (``PYTHONPATH`` first), which draws each chart
 ``--repeats`` times after one untimed draw (fonts and caches warm, as at a run's end) and
@@ -17,6 +17,9 @@ import os
 import statistics
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under safe-path
+import package_trees
 
 CHILD = r"""
 import json, statistics, sys, time
@@ -97,21 +100,16 @@ print(json.dumps(row))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tree", action="append", metavar="NAME=DIR",
-                        help="a package tree (repeatable); default: the installed one")
+    package_trees.add_argument(parser, optional=True)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default="figure_time", help="prefix of the PNGs (and .json)")
     args = parser.parse_args()
-    trees = [tuple(spec.split("=", 1)) for spec in args.tree or ["installed="]]
+    trees = package_trees.parse(parser, args.tree)
     rows = []
     for round_ in range(args.rounds):
         for name, tree in trees:
-            env = dict(os.environ, MPLBACKEND="Agg")
-            if tree:
-                env["PYTHONPATH"] = os.pathsep.join(
-                    [os.path.abspath(tree)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-                env["PYTHONSAFEPATH"] = "1"
+            env = package_trees.environment(tree, dict(os.environ, MPLBACKEND="Agg"))
             result = subprocess.run([sys.executable, "-c", CHILD, str(args.repeats),
                                      f"{args.out}-{name}"], env=env, capture_output=True,
                                     text=True)

@@ -26,6 +26,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under safe-path
+import package_trees
 from prepare_probe import HERE, child_command
 
 # XLA's GpuTargetConfigProto, text format: what the compiler asks of the device (Hopper's
@@ -181,7 +182,7 @@ def count(hlo: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tree", action="append", required=True, metavar="LABEL=PATH")
+    package_trees.add_argument(parser)
     parser.add_argument("--models", nargs="+",
                         default=["cifar_net:1", "cifar_net:2", "cifar_net:3", "cifar_net:4"])
     parser.add_argument("--gpu", choices=sorted(GPUS), default="h200")
@@ -191,15 +192,15 @@ def main() -> None:
     parser.add_argument("--hlo", help="keep each compiled module's text in this folder")
     parser.add_argument("--out")
     args = parser.parse_args()
+    trees = package_trees.parse(parser, args.tree)
     target = _TARGET.format(**GPUS[args.gpu])
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         if args.hlo:
             os.makedirs(args.hlo, exist_ok=True)
             scratch = args.hlo
-        for label, path in (t.split("=", 1) for t in args.tree):
-            env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": os.path.abspath(path),
-                   "JAX_PLATFORMS": "cpu"}
+        for label, path in trees:
+            env = package_trees.environment(path, dict(os.environ, JAX_PLATFORMS="cpu"))
             for model in args.models:
                 hlo = os.path.join(scratch, f"{label}-{model}.hlo")
                 done = subprocess.run(child_command(CHILD) + [model, target, hlo, args.schedule],

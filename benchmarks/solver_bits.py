@@ -22,6 +22,9 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under safe-path
+import package_trees
+
 SETUPS = {
     "sgdm, L2, piecewise": dict(solver="sgdm", initial_learn_rate=0.05, momentum=0.9,
                                 l2_regularization=1e-3, learn_rate_schedule="piecewise",
@@ -74,9 +77,9 @@ def train(tree: pathlib.Path, out: pathlib.Path, args) -> dict:
     """The arrays of every setup trained with ``tree``'s package."""
     import json
 
-    # PYTHONSAFEPATH: "-c" would import the current folder's package first
-    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONSAFEPATH="1", JAX_PLATFORMS="cpu",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={args.devices}")
+    env = package_trees.environment(tree, dict(
+        os.environ, JAX_PLATFORMS="cpu",
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={args.devices}"))
     subprocess.run([sys.executable, "-c", CHILD, json.dumps(SETUPS), str(out), str(args.epochs),
                     str(args.depth), args.augmentation], env=env, check=True)
     with np.load(out) as arrays:
@@ -85,15 +88,14 @@ def train(tree: pathlib.Path, out: pathlib.Path, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", action="append", required=True,
-                        help="NAME=DIR, a tree holding the jaxflowers package (two or more)")
+    package_trees.add_argument(parser)  # two or more
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--devices", type=int, default=2, help="CPU devices (data parallel)")
     parser.add_argument("--depth", type=int, default=1, help="cifar_net's depth")
     parser.add_argument("--augmentation", default="none", choices=("none", "sweep", "flowers"),
                         help="a MATLAB example's augmentation")
     args = parser.parse_args()
-    trees = [spec.split("=", 1) for spec in args.tree]
+    trees = package_trees.parse(parser, args.tree)
     with tempfile.TemporaryDirectory() as tmp:
         results = {name: train(pathlib.Path(path).resolve(), pathlib.Path(tmp, f"{i}.npz"), args)
                    for i, (name, path) in enumerate(trees)}

@@ -1,7 +1,7 @@
 """Steady speed and start-up of streamed training against resident, ResNet-50.
 
     python benchmarks/stream_startup.py [--images 20600] [--size 224] [--memmap DIR] \
-        [--tree NAME=DIR ...] [--epochs 2] [--rounds 3] [--measure steady cold] [--out FILE]
+        [--tree LABEL=FOLDER ...] [--epochs 2] [--rounds 3] [--measure steady cold] [--out FILE]
 
 Placements: "resident" (the set copied to the device), "stream" (batches from host memory
 through grain) and, with ``--memmap DIR``, "stream-memmap" (the same images written to
@@ -22,6 +22,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under safe-path
+import package_trees
 
 CHILD = r"""
 import json, sys, time
@@ -59,11 +62,7 @@ for r in range(-1, rounds):  # round -1 compiles
 
 def child(tree, placements, args, memmap, rounds, cache) -> list[dict]:
     """The child's JSON lines (an ``error`` row if it failed)."""
-    env = dict(os.environ, JAXFLOWERS_COMPILE_CACHE=cache)
-    if tree:  # PYTHONSAFEPATH: "-c" would import the current folder's package first
-        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(tree)]
-                                            + [p for p in [os.environ.get("PYTHONPATH")] if p])
-        env["PYTHONSAFEPATH"] = "1"
+    env = package_trees.environment(tree, dict(os.environ, JAXFLOWERS_COMPILE_CACHE=cache))
     result = subprocess.run([sys.executable, "-c", CHILD, str(args.images), str(args.size),
                              memmap, str(args.epochs), str(rounds), *placements], env=env,
                             capture_output=True, text=True)
@@ -109,8 +108,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=20600, help="3.1 GB at 224x224")
     parser.add_argument("--size", type=int, default=224, help="pixels per side")
     parser.add_argument("--memmap", help="folder for the memory-mapped copy of the set")
-    parser.add_argument("--tree", action="append", metavar="NAME=DIR",
-                        help="a package tree to run (repeatable); default: the installed one")
+    package_trees.add_argument(parser, optional=True)
     parser.add_argument("--epochs", type=int, default=2, help="per training")
     parser.add_argument("--rounds", type=int, default=3, help="timed trainings per placement")
     parser.add_argument("--measure", nargs="+", choices=("steady", "cold"), default=["steady"])
@@ -121,7 +119,7 @@ def main() -> None:
     if args.memmap:
         memmap = write_memmap(args.memmap, args.images, args.size)
         placements.append("stream-memmap")
-    trees = [tuple(spec.split("=", 1)) for spec in args.tree or ["installed="]]
+    trees = package_trees.parse(parser, args.tree)
     cache = os.path.join(args.memmap or tempfile.gettempdir(), "stream-bench-xla")
     rows = []
     for name, tree in trees:

@@ -21,6 +21,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under safe-path
+import package_trees
 from prepare_probe import HERE, child_command
 
 CHILD = r"""
@@ -48,7 +49,7 @@ print("TIMES " + json.dumps(times), flush=True)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tree", action="append", required=True, metavar="LABEL=PATH")
+    package_trees.add_argument(parser)
     parser.add_argument("--models", nargs="+", default=["resnet50", "cifar_net:4"])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--layout", default="auto")
@@ -57,11 +58,11 @@ def main() -> None:
     parser.add_argument("--schedule", default="none", help="the learning-rate schedule")
     parser.add_argument("--out")
     args = parser.parse_args()
-    trees = [t.split("=", 1) for t in args.tree]
+    trees = package_trees.parse(parser, args.tree)
     rows = []
     for round_ in range(args.rounds):
         for label, path in trees:
-            env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": os.path.abspath(path)}
+            env = package_trees.environment(path)
             for model in args.models:
                 out = subprocess.run(child_command(CHILD) + [model, args.layout, args.precision,
                                                          args.steps_per_dispatch,
