@@ -88,7 +88,7 @@ def train(tree: pathlib.Path, out: pathlib.Path, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    package_trees.add_argument(parser)  # two or more
+    package_trees.add_argument(parser)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--devices", type=int, default=2, help="CPU devices (data parallel)")
     parser.add_argument("--depth", type=int, default=1, help="cifar_net's depth")
@@ -96,6 +96,8 @@ def main() -> None:
                         help="a MATLAB example's augmentation")
     args = parser.parse_args()
     trees = package_trees.parse(parser, args.tree)
+    if len(trees) < 2:
+        parser.error("--tree: two or more trees, the first compared with the others")
     with tempfile.TemporaryDirectory() as tmp:
         results = {name: train(pathlib.Path(path).resolve(), pathlib.Path(tmp, f"{i}.npz"), args)
                    for i, (name, path) in enumerate(trees)}
