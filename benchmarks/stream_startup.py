@@ -116,10 +116,10 @@ def main() -> None:
     args = parser.parse_args()
     placements = ["resident", "stream"]
     memmap = "-"
+    trees = package_trees.parse(parser, args.tree)  # refused before the set is written
     if args.memmap:
         memmap = write_memmap(args.memmap, args.images, args.size)
         placements.append("stream-memmap")
-    trees = package_trees.parse(parser, args.tree)
     cache = os.path.join(args.memmap or tempfile.gettempdir(), "stream-bench-xla")
     rows = []
     for name, tree in trees:
