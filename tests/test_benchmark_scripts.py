@@ -1,7 +1,6 @@
 """Benchmark scripts run against the package as it is (the cold start's pieces compile the
 programs ``train`` builds, the listing times ``ImageFolder``'s scan, ...), on tiny inputs, so a
 change of what they call cannot leave them broken unnoticed."""
-import importlib.util
 import json
 import os
 import pathlib
@@ -9,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from benchmark_script import load
 from image_folders import class_folders
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -28,25 +28,18 @@ def test_cold_start_compiles_each_piece_of_the_sweeps_network(tmp_path, piece):
     assert row["compile"]["wall_s"] > 0
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_autotune_sets_merges_the_folders_and_asks_for_a_workload(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     for folder, text in ((first, "from a"), (second, "from b")):
         (folder / "sub").mkdir(parents=True)
         (folder / "sub" / "same.textproto").write_text(text)
         (folder / f"{folder.name}.textproto").write_text(text)
-    copied = _script("autotune_sets").merge([str(first), str(second), str(tmp_path / "no")],
+    copied = load("autotune_sets").merge([str(first), str(second), str(tmp_path / "no")],
                                             str(tmp_path / "merged"))
     merged = tmp_path / "merged"
     assert copied == 3 and (merged / "sub" / "same.textproto").read_text() == "from a"
     assert sorted(p.name for p in merged.iterdir()) == ["a.textproto", "b.textproto", "sub"]
-    summary = _script("autotune_sets").summary
+    summary = load("autotune_sets").summary
     sweep = {"wall_s": 30.61, "returncode": 0, "jobs": [
         "job 0 (depth 1): 71.08% (compile 4.1 s, training 7.2 s; first step at 9.0 s)",
         "job 3 (depth 4): 77.06% (compile 5.4 s, training 15.1 s; first step at 12.2 s)"]}
@@ -85,7 +78,7 @@ def test_autotune_sets_keeps_other_sets_and_packs_nothing_when_its_run_fails(tmp
 def test_gpu_kernels_counts_one_iteration_of_the_loop_and_what_is_outside_it():
     # An optimized GPU module's shape: a loop whose body trains in one branch of a conditional.
     fixture = (ROOT / "tests" / "fixtures" / "gpu_block.hlo").read_text()
-    counted = _script("gpu_kernels").count(fixture)
+    counted = load("gpu_kernels").count(fixture)
     # condition 1 + body: the branch test 1, the training branch 3 (the larger one)
     assert counted["per_iteration"] == 5 and counted["per_dispatch"] == 1
     assert counted["by_kind"] == {"fusion (loop)": 3, "cudnn": 1,
@@ -95,7 +88,7 @@ def test_gpu_kernels_counts_one_iteration_of_the_loop_and_what_is_outside_it():
   %p = f32[8]{0} parameter(0)
   ROOT %pallas_call.1 = f32[8]{0} custom-call(%p), custom_call_target="__gpu$xla.gpu.triton"
 }"""
-    assert _script("gpu_kernels").count(pallas)["by_kind"] == {"pallas": 1}
+    assert load("gpu_kernels").count(pallas)["by_kind"] == {"pallas": 1}
 
 
 def test_gpu_kernels_reads_the_module_xla_compiles_here():
@@ -106,14 +99,14 @@ def test_gpu_kernels_reads_the_module_xla_compiles_here():
         return jax.lax.scan(lambda c, _: (jnp.tanh(c @ c) + 1, c.sum()), x, length=4)
 
     hlo = jax.jit(block).lower(jnp.ones((8, 8))).compile().as_text()
-    counted = _script("gpu_kernels").count(hlo)
+    counted = load("gpu_kernels").count(hlo)
     assert counted["per_iteration"] >= 2  # the product, and the sum or the update
     assert all(x["loop"] for x in counted["launches"])
 
 
 @pytest.mark.slow
 def test_conv_lowering_computes_the_same_network_with_1x1_convolutions_as_products(tmp_path):
-    script = _script("conv_lowering")
+    script = load("conv_lowering")
     dot = script.write_dot_tree(str(tmp_path))
     layers = pathlib.Path(dot, "jaxflowers", "models", "layers.py")
     assert layers.read_text().endswith(script.DOT_PATCH)
@@ -154,7 +147,7 @@ def test_end_to_end_caches_bytecode_in_the_scratch_folder_only_when_asked(tmp_pa
     """Where the environment forbids writing bytecode (the GPU host does), ``--bytecode
     cached`` lets the timed processes write and read it in the scratch folder, as an
     installed package runs; as-is keeps the environment's choice."""
-    environment = _script("end_to_end").run_environment
+    environment = load("end_to_end").run_environment
     base = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": "/pkg", "HOME": "/h"}
     cached = environment(str(tmp_path), "cached", base)
     assert "PYTHONDONTWRITEBYTECODE" not in cached
@@ -167,7 +160,7 @@ def test_end_to_end_caches_bytecode_in_the_scratch_folder_only_when_asked(tmp_pa
 
 
 def test_pool_backward_ways_equal_the_xla_phases_bit_for_bit(tmp_path):
-    script = _script("pool_backward")
+    script = load("pool_backward")
     assert set(script.WAYS) == {"phases", "kernel", "masked"}
     result = script.main(["--check-only", "--batch", "1", "--check-size", "16", "--out",
                           str(tmp_path / "p.json")])
@@ -179,57 +172,8 @@ def test_pool_backward_ways_equal_the_xla_phases_bit_for_bit(tmp_path):
     assert script.check(1, 16)["masked"] is False
 
 
-def _stub_tree(root, rate):
-    """A folder holding a stub ``jaxflowers`` whose bench writes ``rate`` images/s (or fails
-    for None) and the file it was imported from, as its device name."""
-    bench = root / "jaxflowers" / "bench"
-    bench.mkdir(parents=True)
-    (root / "jaxflowers" / "__init__.py").write_text("")
-    (bench / "__init__.py").write_text("")
-    (bench / "__main__.py").write_text(
-        "import json, os, sys\n"
-        + ("sys.exit('no GPU')\n" if rate is None else "")
-        + "args = sys.argv[1:]\n"
-        "out = args[args.index('--out') + 1]\n"
-        "batch = int(args[args.index('--per-device-batch') + 1])\n"
-        "os.makedirs(out)\n"
-        f"result = {{'images_per_s': {rate} * batch / 128, 'compile_s': 1.0}}\n"
-        "env = {'devices': __file__}\n"
-        "json.dump({'results': [result], 'environment': env},"
-        " open(os.path.join(out, 'bench.json'), 'w'))\n")
-    return root
-
-
-def test_bench_trees_alternates_the_trees_and_imports_each_ones_package(tmp_path, capsys):
-    script = _script("bench_trees")
-    old, new = _stub_tree(tmp_path / "old", 5000), _stub_tree(tmp_path / "new", 6000)
-    broken = _stub_tree(tmp_path / "broken", None)
-    rows = script.main(["--tree", f"old={old}", "--tree", f"new={new}", "--tree",
-                        f"broken={broken}", "--batches", "128", "256", "--rounds", "2",
-                        "--out", str(tmp_path / "rows.json")])
-    assert [(r["round"], r["batch"], r["tree"]) for r in rows[:6]] == [
-        (0, 128, "old"), (0, 128, "new"), (0, 128, "broken"),
-        (0, 256, "old"), (0, 256, "new"), (0, 256, "broken")]
-    assert [r["tree"] for r in rows[6:9]] == ["broken", "new", "old"]  # reversed in round 1
-    by = {(r["tree"], r["batch"], r["round"]): r for r in rows}
-    assert by["new", 256, 1]["images_per_s"] == 12000 and by["new", 256, 1]["step_ms"] == 21.33
-    assert by["old", 128, 0]["device"] == str(old / "jaxflowers" / "bench" / "__main__.py")
-    assert "no GPU" in by["broken", 128, 0]["error"]
-    assert json.loads((tmp_path / "rows.json").read_text()) == rows
-    assert "12000.0" in capsys.readouterr().out
-    # past the budget nothing starts; a folder without the package is refused by name
-    rows = script.main(["--tree", f"old={old}", "--budget", "-1"])
-    assert all(r["error"] == "skipped: past --budget" for r in rows)
-    with pytest.raises(SystemExit):
-        script.main(["--tree", f"empty={tmp_path}"])
-    assert f"--tree empty={tmp_path}: no jaxflowers package" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        script.main(["--tree", str(old)])
-    assert f"--tree {old}: expected LABEL=FOLDER" in capsys.readouterr().err
-
-
 def test_fused_gemm_kernels_equal_xlas_chain_forward_and_backward():
-    script = _script("fused_gemm")
+    script = load("fused_gemm")
     shape, config = (256, 64, 32), (64, 32, 32, 4, 2)  # several tiles and steps each way
     found = script.check(shape, config, interpret=True)
     # the output, the sums; the input gradient, the kernel gradient, the sums
@@ -248,7 +192,7 @@ def test_fused_gemm_kernels_equal_xlas_chain_forward_and_backward():
 
 
 def test_fused_gemm_weights_each_shape_by_its_stages_blocks(tmp_path, capsys):
-    script = _script("fused_gemm")
+    script = load("fused_gemm")
     times = {"forward": 10.0, "backward": 10.0, "forward-products": 1.0,
              "backward-products": 1.0, "pallas-forward": 4.0, "pallas-backward": 20.0}
     rows = [{"shape": list(shape), "way": way, "config": None, "us": us}
@@ -269,7 +213,7 @@ def test_fused_gemm_weights_each_shape_by_its_stages_blocks(tmp_path, capsys):
 
 def test_fusion_bandwidth_counts_each_kernels_operands_and_results(tmp_path):
     import gzip
-    script = _script("fusion_bandwidth")
+    script = load("fusion_bandwidth")
     hlo = """HloModule m
 
 %fused_add (p0: f32[1000], p1: f32[1000]) -> f32[1000] {

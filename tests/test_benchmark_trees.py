@@ -1,12 +1,13 @@
 """The benchmarks that compare package trees run each tree's package, whatever folder they are
 started from: ``python -m`` and ``python -c`` put the current folder before ``PYTHONPATH``."""
-import importlib.util
+import json
 import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
+from benchmark_script import load
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -20,26 +21,15 @@ def _package(folder: pathlib.Path, status: int) -> pathlib.Path:
 
 
 def test_compile_log_runs_the_named_tree_from_a_folder_holding_another(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("compile_log",
-                                                  ROOT / "benchmarks" / "compile_log.py")
-    compile_log = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compile_log)
+    compile_log = load("compile_log")
     tree = _package(tmp_path / "tree", 0)
     monkeypatch.chdir(_package(tmp_path / "here", 7))
     row = compile_log.run(str(tree), [sys.executable, "-m", "jaxflowers"], str(tmp_path))
     assert row["returncode"] == 0, "the current folder's package ran instead of the tree's"
 
 
-def _package_trees():
-    spec = importlib.util.spec_from_file_location("package_trees",
-                                                  ROOT / "benchmarks" / "package_trees.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_tree_comes_first_on_the_path_and_the_installed_package_changes_nothing(tmp_path):
-    trees = _package_trees()
+    trees = load("package_trees")
     base = {"PYTHONPATH": os.pathsep.join(["/x", "", "/y"]), "OTHER": "1"}
     env = trees.environment(str(tmp_path / "t"), base)
     assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "t"), "/x", "/y"]
@@ -68,3 +58,52 @@ def test_every_script_that_takes_trees_refuses_a_bad_one_by_name(tmp_path, spec,
                               capture_output=True, text=True, cwd=tmp_path, timeout=120)
         assert done.returncode == 2, (script, done.stderr[-2000:])
         assert done.stderr.strip().splitlines()[-1].endswith(message.format(**fill)), script
+
+
+def _stub_tree(root, rate):
+    """A folder holding a stub ``jaxflowers`` whose bench writes ``rate`` images/s (or fails
+    for None) and the file it was imported from, as its device name."""
+    bench = root / "jaxflowers" / "bench"
+    bench.mkdir(parents=True)
+    (root / "jaxflowers" / "__init__.py").write_text("")
+    (bench / "__init__.py").write_text("")
+    (bench / "__main__.py").write_text(
+        "import json, os, sys\n"
+        + ("sys.exit('no GPU')\n" if rate is None else "")
+        + "args = sys.argv[1:]\n"
+        "out = args[args.index('--out') + 1]\n"
+        "batch = int(args[args.index('--per-device-batch') + 1])\n"
+        "os.makedirs(out)\n"
+        f"result = {{'images_per_s': {rate} * batch / 128, 'compile_s': 1.0}}\n"
+        "env = {'devices': __file__}\n"
+        "json.dump({'results': [result], 'environment': env},"
+        " open(os.path.join(out, 'bench.json'), 'w'))\n")
+    return root
+
+
+def test_bench_trees_alternates_the_trees_and_imports_each_ones_package(tmp_path, capsys):
+    script = load("bench_trees")
+    old, new = _stub_tree(tmp_path / "old", 5000), _stub_tree(tmp_path / "new", 6000)
+    broken = _stub_tree(tmp_path / "broken", None)
+    rows = script.main(["--tree", f"old={old}", "--tree", f"new={new}", "--tree",
+                        f"broken={broken}", "--batches", "128", "256", "--rounds", "2",
+                        "--out", str(tmp_path / "rows.json")])
+    assert [(r["round"], r["batch"], r["tree"]) for r in rows[:6]] == [
+        (0, 128, "old"), (0, 128, "new"), (0, 128, "broken"),
+        (0, 256, "old"), (0, 256, "new"), (0, 256, "broken")]
+    assert [r["tree"] for r in rows[6:9]] == ["broken", "new", "old"]  # reversed in round 1
+    by = {(r["tree"], r["batch"], r["round"]): r for r in rows}
+    assert by["new", 256, 1]["images_per_s"] == 12000 and by["new", 256, 1]["step_ms"] == 21.33
+    assert by["old", 128, 0]["device"] == str(old / "jaxflowers" / "bench" / "__main__.py")
+    assert "no GPU" in by["broken", 128, 0]["error"]
+    assert json.loads((tmp_path / "rows.json").read_text()) == rows
+    assert "12000.0" in capsys.readouterr().out
+    # past the budget nothing starts; a folder without the package is refused by name
+    rows = script.main(["--tree", f"old={old}", "--budget", "-1"])
+    assert all(r["error"] == "skipped: past --budget" for r in rows)
+    with pytest.raises(SystemExit):
+        script.main(["--tree", f"empty={tmp_path}"])
+    assert f"--tree empty={tmp_path}: no jaxflowers package" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        script.main(["--tree", str(old)])
+    assert f"--tree {old}: expected LABEL=FOLDER" in capsys.readouterr().err
