@@ -63,9 +63,8 @@ def test_every_script_that_takes_trees_refuses_a_bad_one_by_name(tmp_path, spec,
 def _stub_tree(root, rate):
     """A folder holding a stub ``jaxflowers`` whose bench writes ``rate`` images/s (or fails
     for None) and the file it was imported from, as its device name."""
-    bench = root / "jaxflowers" / "bench"
-    bench.mkdir(parents=True)
-    (root / "jaxflowers" / "__init__.py").write_text("")
+    bench = _package(root, 0) / "jaxflowers" / "bench"
+    bench.mkdir()
     (bench / "__init__.py").write_text("")
     (bench / "__main__.py").write_text(
         "import json, os, sys\n"
