@@ -71,7 +71,8 @@ import jax, jax.numpy as jnp, numpy as np
 from jaxflowers import models
 name = sys.argv[2]
 if name.startswith("resnet:"):  # a small bottleneck ResNet of these stage sizes, 16 filters
-    net = models.resnet(tuple(map(int, name[7:].split(","))), num_classes=5, num_filters=16)
+    stages = tuple(map(int, name.removeprefix("resnet:").split(",")))
+    net = models.resnet(stages, num_classes=5, num_filters=16)
 else:
     net = getattr(models, name)(num_classes=5)
 size = int(sys.argv[3])
