@@ -250,3 +250,16 @@ metadata={op_name="jit(f)/add"}
     assert abs(fusion["tb_per_s"] - 9000 / 1e9 / 0.009) < 1e-12  # 9 kB in 9 us
     assert (rows["sm90_gemm"]["ms"], rows["sm90_gemm"]["calls"], rows["sm90_gemm"]["bytes"]) \
         == (0.006, 2.0, 0)
+
+
+def test_checkpoint_writes_times_a_write_per_iteration(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "checkpoint_writes.py"), "--model",
+         "cifar_net:1", "--iterations", "3", "--batch", "4", "--rounds", "1", "--out",
+         str(tmp_path / "rows.json")],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+        timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "rows.json").read_text())
+    assert row["tree"] == "installed" and row["writes"] == 3 and row["write_s"] > 0
+    assert row["train_s_per_iteration_with"] > 0 and row["train_s_per_iteration_without"] > 0

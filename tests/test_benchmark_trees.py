@@ -39,8 +39,8 @@ def test_a_tree_comes_first_on_the_path_and_the_installed_package_changes_nothin
     assert trees.in_round(["a", "b", "c"], 3) == ["c", "b", "a"]
 
 
-SCRIPTS = ["bench_trees", "compile_log", "figure_time", "gpu_kernels", "solver_bits",
-           "stream_startup", "trace_time"]
+SCRIPTS = ["bench_trees", "checkpoint_writes", "compile_log", "figure_time", "gpu_kernels",
+           "solver_bits", "stream_startup", "trace_time"]
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -120,9 +120,12 @@ class Checkpointer:
         return self.path / f"{PREFIX}_{self.written[-1]}" if self.written else None
 
     def _write(self, iteration: int, tree_state, record: dict) -> None:
+        import jax
         import orbax.checkpoint as ocp
 
         try:
+            if self.background:  # one process: one batched copy to the host, as orbax writes
+                tree_state = jax.device_get(tree_state)  # numpy leaves 3-5x faster than arrays
             started = self._manager.save(iteration, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(tree_state), record=ocp.args.JsonSave(record)))
             self._outcome = (iteration, None if started else
